@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The `lungate' subcommands and what they share: the login options every
+ * command that logs in accepts, and turning a URL plus options into a
+ * session.  Main thread only.
+ */
+#ifndef LG_CMD_H
+#define LG_CMD_H
+
+#include <getopt.h>
+#include <stdbool.h>
+
+#include "iscsi/session.h"
+#include "iscsi/url.h"
+
+/* Exit statuses. */
+#define LG_EXIT_OK 0
+#define LG_EXIT_FAIL 1
+#define LG_EXIT_USAGE 2
+
+int lg_cmd_discover (int argc, char **argv);
+int lg_cmd_info (int argc, char **argv);
+
+/* Long options shared by the commands that log in (their values are >=
+ * 0x100, so they do not clash with short options). */
+enum {
+  OPT_USER = 0x100,
+  OPT_PASSWORD_FILE,
+  OPT_PASSWORD_FD,
+  OPT_PASSWORD_PROMPT,
+  OPT_TARGET_USER,
+  OPT_TARGET_PASSWORD_FILE,
+  OPT_TARGET_PASSWORD_FD,
+  OPT_TARGET_PASSWORD_PROMPT,
+  OPT_INITIATOR_NAME,
+  OPT_HEADER_DIGEST,
+  OPT_CONNECT_TIMEOUT,
+  OPT_JSON,
+  OPT_LOGIN_LAST,
+};
+
+#define LG_LOGIN_OPTIONS \
+  { "user", required_argument, NULL, OPT_USER }, \
+  { "password-file", required_argument, NULL, OPT_PASSWORD_FILE }, \
+  { "password-fd", required_argument, NULL, OPT_PASSWORD_FD }, \
+  { "password-prompt", no_argument, NULL, OPT_PASSWORD_PROMPT }, \
+  { "target-user", required_argument, NULL, OPT_TARGET_USER }, \
+  { "target-password-file", required_argument, NULL, \
+    OPT_TARGET_PASSWORD_FILE }, \
+  { "target-password-fd", required_argument, NULL, OPT_TARGET_PASSWORD_FD }, \
+  { "target-password-prompt", no_argument, NULL, \
+    OPT_TARGET_PASSWORD_PROMPT }, \
+  { "initiator-name", required_argument, NULL, OPT_INITIATOR_NAME }, \
+  { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST }, \
+  { "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT }
+
+extern const char lg_login_help[];
+
+/* Handles one login option: 1 if it was one, 0 if not, -1 on a bad value
+ * (already reported). */
+int lg_login_option (struct lg_login *l, int c, const char *arg);
+
+/* Parses url and completes the login with what the URL carries; checks
+ * the options make sense together.  -1 with the problem reported. */
+int lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l);
+
+/* Prints "Usage: ..." for a bad invocation and returns LG_EXIT_USAGE. */
+int lg_usage_error (const char *cmd, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
+#endif

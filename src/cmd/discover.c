@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate discover: SendTargets on a discovery session, then a login to
+ * each target for REPORT LUNS, INQUIRY and READ CAPACITY(16).  Main
+ * thread (plus the sessions' loop threads). */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "iscsi/lun.h"
+#include "iscsi/pool.h"
+#include "util/fmt.h"
+#include "util/log.h"
+
+static const char usage[] =
+  "Usage: lungate discover [OPTIONS] iscsi://HOST[:PORT][/TARGET-IQN]\n"
+  "\n"
+  "List the targets a portal offers (SendTargets discovery) and, for each,\n"
+  "its LUNs with their type, size and block size.  A target URL lists that\n"
+  "target only.\n"
+  "\n"
+  "Options:\n"
+  "  --json                       one JSON object on standard output\n"
+  "  -h, --help                   this help\n"
+  "\n";
+
+static void
+print_lun_text (const struct lg_lun_info *li)
+{
+  char hs[32];
+
+  printf ("  lun %d  %s", li->lun, li->type_name);
+  if (li->is_disk && li->no_medium)
+    printf ("  (no medium)");
+  else if (li->is_disk)
+    printf ("  %s (%" PRIu64 " bytes, %" PRIu64 " x %u-byte blocks)",
+            lg_human_size (li->size, hs, sizeof hs), li->size, li->nblocks,
+            li->block_size);
+  printf ("  %s %s\n", li->vendor, li->product);
+}
+
+static void
+print_lun_json (const struct lg_lun_info *li, bool first)
+{
+  printf ("%s{\"lun\": %d, \"type\": ", first ? "" : ", ", li->lun);
+  lg_json_string (stdout, li->type_name);
+  printf (", \"vendor\": ");
+  lg_json_string (stdout, li->vendor);
+  printf (", \"product\": ");
+  lg_json_string (stdout, li->product);
+  if (li->is_disk && !li->no_medium)
+    printf (", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
+            ", \"block_size\": %u", li->size, li->nblocks, li->block_size);
+  printf ("}");
+}
+
+/* Lists the LUNs of one target.  -1 when the login or REPORT LUNS
+ * failed (already reported). */
+static int
+list_target (const struct lg_login *login, const char *portal,
+             const struct lg_target *t, bool json)
+{
+  struct lg_pool *p;
+  char err[512];
+  int *luns = NULL;
+  size_t n = 0;
+  int r = -1;
+  bool first = true;
+
+  if (json) {
+    printf ("{\"name\": ");
+    lg_json_string (stdout, t->name);
+    printf (", \"portals\": [");
+    for (size_t i = 0; i < t->nportals; i++) {
+      printf ("%s", i ? ", " : "");
+      lg_json_string (stdout, t->portals[i]);
+    }
+    printf ("], \"luns\": [");
+  }
+  else {
+    printf ("%s\n", t->name);
+    for (size_t i = 0; i < t->nportals; i++)
+      printf ("  portal %s\n", t->portals[i]);
+  }
+
+  p = lg_pool_open (login, portal, t->name, 1, err, sizeof err);
+  if (p == NULL) {
+    lg_error ("%s", err);
+    goto out;
+  }
+  if (lg_report_luns (p, &luns, &n, err, sizeof err) < 0) {
+    lg_error ("%s", err);
+    goto out;
+  }
+  r = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct lg_lun_info li;
+
+    if (lg_lun_probe (p, luns[i], &li, err, sizeof err) < 0) {
+      lg_error ("%s", err);
+      r = -1;
+      continue;
+    }
+    if (json)
+      print_lun_json (&li, first);
+    else
+      print_lun_text (&li);
+    first = false;
+  }
+
+ out:
+  if (json)
+    printf ("]}");
+  free (luns);
+  lg_pool_close (p);
+  return r;
+}
+
+int
+lg_cmd_discover (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    LG_LOGIN_OPTIONS,
+    { "json", no_argument, NULL, OPT_JSON },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct lg_login login;
+  struct lg_url u = { 0 };
+  struct lg_session *s = NULL;
+  struct lg_cmd cmd;
+  char err[512];
+  bool json = false;
+  int c, status = LG_EXIT_FAIL, shown = 0;
+
+  if (lg_login_init (&login) < 0)
+    return LG_EXIT_FAIL;
+  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+    int r = lg_login_option (&login, c, optarg);
+
+    if (r < 0)
+      goto out;
+    if (r > 0)
+      continue;
+    switch (c) {
+    case OPT_JSON:
+      json = true;
+      break;
+    case 'h':
+      printf ("%s%s", usage, lg_login_help);
+      status = LG_EXIT_OK;
+      goto out;
+    default:
+      status = lg_usage_error ("discover", "unknown option");
+      goto out;
+    }
+  }
+  if (argc - optind != 1) {
+    status = lg_usage_error ("discover", "expected one portal URL");
+    goto out;
+  }
+  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+    goto out;
+  if (u.kind == LG_URL_LUN) {
+    lg_error ("discover takes a portal or target URL, not a LUN: use "
+              "'lungate info %s'", argv[optind]);
+    goto out;
+  }
+
+  s = lg_session_open (&login, u.portal, NULL, err, sizeof err);
+  if (s == NULL) {
+    lg_error ("%s", err);
+    goto out;
+  }
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_DISCOVERY;
+  lg_session_exec (s, &cmd);
+  lg_session_close (s);
+  if (cmd.status != SCSI_STATUS_GOOD) {
+    lg_error ("%s: SendTargets discovery failed: %s", u.portal, cmd.msg);
+    goto out;
+  }
+
+  status = LG_EXIT_OK;
+  if (json) {
+    printf ("{\"portal\": ");
+    lg_json_string (stdout, u.portal);
+    printf (", \"targets\": [");
+  }
+  for (size_t i = 0; i < cmd.targets->n; i++) {
+    const struct lg_target *t = &cmd.targets->t[i];
+
+    if (u.kind == LG_URL_TARGET && strcmp (t->name, u.target) != 0)
+      continue;
+    if (json && shown)
+      printf (", ");
+    if (list_target (&login, u.portal, t, json) < 0)
+      status = LG_EXIT_FAIL;
+    shown++;
+  }
+  if (json)
+    printf ("]}\n");
+  if (shown == 0) {
+    if (u.kind == LG_URL_TARGET)
+      lg_error ("%s: target %s: target not found by discovery", u.portal,
+                u.target);
+    else
+      lg_error ("%s: the portal offers no targets to this initiator",
+                u.portal);
+    status = LG_EXIT_FAIL;
+  }
+  lg_target_list_free (cmd.targets);
+
+ out:
+  lg_url_clear (&u);
+  lg_login_clear (&login);
+  return status;
+}

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Login options shared by the subcommands.  Main thread only. */
+#include <config.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "util/log.h"
+#include "util/secret.h"
+
+const char lg_login_help[] =
+  "Login options:\n"
+  "  --user USER                  CHAP user name\n"
+  "  --password-file FILE         CHAP secret from the first line of FILE\n"
+  "                               ('-' reads standard input)\n"
+  "  --password-fd N              CHAP secret from file descriptor N\n"
+  "  --password-prompt            prompt for the CHAP secret\n"
+  "  --target-user USER           mutual CHAP: the target's user name\n"
+  "  --target-password-file FILE  mutual CHAP: the target's secret\n"
+  "  --target-password-fd N       ... from file descriptor N\n"
+  "  --target-password-prompt     ... from a prompt\n"
+  "  --initiator-name IQN         initiator name (default\n"
+  "                               iqn.2026-11.org.lungate:HOSTNAME)\n"
+  "  --header-digest none|crc32c  header digest (default none)\n"
+  "  --connect-timeout SECONDS    give up connecting and logging in after\n"
+  "                               SECONDS (default 10)\n";
+
+int
+lg_usage_error (const char *cmd, const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "lungate %s: ", cmd);
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fprintf (stderr, "\nTry 'lungate %s --help'.\n", cmd);
+  return LG_EXIT_USAGE;
+}
+
+static int
+parse_int (const char *opt, const char *arg, long min, long max, long *out)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (arg, &end, 10);
+  if (errno || end == arg || *end != '\0' || v < min || v > max) {
+    lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min,
+              max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int
+set_secret (char **slot, char *s)
+{
+  if (s == NULL)
+    return -1;
+  lg_secret_free (*slot);
+  *slot = s;
+  return 1;
+}
+
+static int
+set_string (char **slot, const char *arg)
+{
+  char *s = strdup (arg);
+
+  if (s == NULL)
+    return -1;
+  free (*slot);
+  *slot = s;
+  return 1;
+}
+
+int
+lg_login_option (struct lg_login *l, int c, const char *arg)
+{
+  long v;
+
+  switch (c) {
+  case OPT_USER:
+    return set_string (&l->user, arg);
+  case OPT_TARGET_USER:
+    return set_string (&l->target_user, arg);
+  case OPT_PASSWORD_FILE:
+    return set_secret (&l->secret, lg_secret_from_file (arg));
+  case OPT_TARGET_PASSWORD_FILE:
+    return set_secret (&l->target_secret, lg_secret_from_file (arg));
+  case OPT_PASSWORD_FD:
+  case OPT_TARGET_PASSWORD_FD:
+    if (parse_int ("--password-fd", arg, 0, INT_MAX, &v) < 0)
+      return -1;
+    return set_secret (c == OPT_PASSWORD_FD ? &l->secret : &l->target_secret,
+                       lg_secret_from_fd ((int) v, "password fd"));
+  case OPT_PASSWORD_PROMPT:
+    return set_secret (&l->secret, lg_secret_prompt ("CHAP secret: "));
+  case OPT_TARGET_PASSWORD_PROMPT:
+    return set_secret (&l->target_secret,
+                       lg_secret_prompt ("Target's CHAP secret: "));
+  case OPT_INITIATOR_NAME:
+    if (strncmp (arg, "iqn.", 4) != 0 && strncmp (arg, "eui.", 4) != 0
+        && strncmp (arg, "naa.", 4) != 0) {
+      lg_error ("--initiator-name: '%s' is not an iSCSI name (iqn., eui. "
+                "or naa.)", arg);
+      return -1;
+    }
+    return set_string (&l->initiator_name, arg);
+  case OPT_HEADER_DIGEST:
+    if (strcmp (arg, "none") == 0)
+      l->header_digest = false;
+    else if (strcmp (arg, "crc32c") == 0)
+      l->header_digest = true;
+    else {
+      lg_error ("--header-digest: '%s': want none or crc32c", arg);
+      return -1;
+    }
+    return 1;
+  case OPT_CONNECT_TIMEOUT:
+    if (parse_int ("--connect-timeout", arg, 1, 3600, &v) < 0)
+      return -1;
+    l->connect_timeout = (int) v;
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int
+lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l)
+{
+  char err[256];
+
+  if (lg_url_parse (url, u, err, sizeof err) < 0) {
+    lg_error ("invalid URL '%s': %s", url, err);
+    return -1;
+  }
+  if (u->user && l->user == NULL) {
+    l->user = strdup (u->user);
+    if (l->user == NULL)
+      return -1;
+  }
+  if (u->password) {
+    lg_warn ("a password in the URL is visible to other users in the "
+             "process list: prefer --password-file");
+    if (l->secret == NULL) {
+      l->secret = u->password;
+      u->password = NULL;
+    }
+  }
+  if ((l->user == NULL) != (l->secret == NULL)) {
+    lg_error ("CHAP needs both a user (--user) and a secret "
+              "(--password-file, --password-fd or --password-prompt)");
+    return -1;
+  }
+  if ((l->target_user == NULL) != (l->target_secret == NULL)) {
+    lg_error ("mutual CHAP needs both --target-user and a target secret "
+              "(--target-password-file, -fd or -prompt)");
+    return -1;
+  }
+  if (l->target_user && l->user == NULL) {
+    lg_error ("mutual CHAP (--target-user) needs one-way CHAP (--user) too");
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The block-device interface every front end talks to.  A device is an
+ * ops table plus its geometry; stacks (the crypt layer on the iSCSI pool)
+ * are devices that hold another device.  All calls may come from many
+ * threads at once; implementations say how they cope.
+ */
+#ifndef LG_DEV_H
+#define LG_DEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LG_FUA       0x01   /* pwrite, zero, trim: durable on return */
+#define LG_MAY_TRIM  0x02   /* zero: may deallocate */
+#define LG_FAST_ZERO 0x04   /* zero: fail with ENOTSUP unless fast */
+
+struct lg_dev;
+
+/* An extent callback: [offset, offset+length) is a hole (is_hole) or
+ * data.  Return -1 to stop. */
+typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
+                          bool is_hole);
+
+struct lg_dev_ops {
+  const char *name;
+  int (*pread) (struct lg_dev *d, void *buf, size_t count, uint64_t off);
+  int (*pwrite) (struct lg_dev *d, const void *buf, size_t count,
+                 uint64_t off, unsigned flags);
+  int (*flush) (struct lg_dev *d);
+  int (*trim) (struct lg_dev *d, uint64_t count, uint64_t off,
+               unsigned flags);
+  int (*zero) (struct lg_dev *d, uint64_t count, uint64_t off,
+               unsigned flags);
+  int (*extents) (struct lg_dev *d, uint64_t count, uint64_t off,
+                  lg_extent_fn *fn, void *opaque);
+  void (*close) (struct lg_dev *d);
+};
+
+struct lg_dev {
+  const struct lg_dev_ops *ops;
+  char name[300];            /* for messages: "TARGET/LUN" */
+  uint64_t size;             /* bytes */
+  uint32_t block_size;       /* smallest write that needs no RMW */
+  uint32_t pref_block_size;  /* preferred I/O granularity */
+  uint32_t max_io;           /* largest efficient request, bytes */
+  bool read_only;
+  bool can_trim;
+  bool can_zero;             /* a native zeroing command exists */
+  bool can_extents;
+  bool can_fua;
+};
+
+/* The checked entry points.  Each returns 0, or -1 with errno set (one of
+ * EIO, EPERM, ENOSPC, EINVAL, ENOTSUP, ESHUTDOWN) and a message logged
+ * naming the device and the range.  Requests beyond the end fail with
+ * EINVAL; writes to a read-only device with EPERM. */
+int lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off);
+int lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count,
+                   uint64_t off, unsigned flags);
+int lg_dev_flush (struct lg_dev *d);
+int lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off,
+                 unsigned flags);
+int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,
+                 unsigned flags);
+int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
+                    lg_extent_fn *fn, void *opaque);
+void lg_dev_close (struct lg_dev *d);
+
+#endif

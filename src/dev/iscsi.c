@@ -1,0 +1,630 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The iSCSI block device: byte-addressed requests become READ(16) /
+ * WRITE(16) / UNMAP / WRITE SAME(16) / GET LBA STATUS / SYNCHRONIZE
+ * CACHE(16) commands on the pool.
+ *
+ * Threads: any number of callers at once.  A large request is split at the
+ * LUN's maximum transfer length and its pieces are all submitted before
+ * waiting, so they run in parallel over the pool's sessions.  Unaligned
+ * writes read-modify-write their edge blocks under a striped lock keyed by
+ * LBA, so two RMWs of one block never lose each other's bytes.  The
+ * stripe locks are leaves: nothing else is taken while one is held except
+ * the waiter locks of the commands issued under it.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dev/iscsi.h"
+#include "iscsi/sense.h"
+#include "util/log.h"
+
+#define RMW_STRIPES 64
+/* When the LUN reports no limit, the size of one command. */
+#define DEFAULT_MAX_XFER (4u << 20)
+#define DEFAULT_MAX_WS_BLOCKS 32768u
+/* Commands per batch on the stack; larger batches are allocated. */
+#define STACK_CMDS 16
+
+struct idev {
+  struct lg_dev dev;
+  struct lg_pool *pool;
+  bool owns_pool;
+  int lun;
+  struct lg_lun_info info;
+  uint32_t bs;
+  uint32_t max_blocks;          /* per READ/WRITE command */
+  uint32_t max_ws_blocks;
+  bool dpofua;
+  atomic_bool no_write_same;    /* learned: the LUN rejects WRITE SAME */
+  atomic_bool no_lba_status;    /* learned: the LUN rejects GET LBA STATUS */
+  pthread_mutex_t rmw[RMW_STRIPES];
+};
+
+static struct idev *
+to_idev (struct lg_dev *d)
+{
+  return (struct idev *) d;
+}
+
+/* Logs and sets errno for a failed command. */
+static int
+cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
+            uint64_t nblocks)
+{
+  char msg[256];
+  int err = lg_cmd_errno (cmd, msg, sizeof msg);
+
+  lg_error ("%s: %s LBA %" PRIu64 "+%" PRIu64 ": %s", x->dev.name,
+            lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0), lba, nblocks,
+            msg);
+  errno = err ? err : EIO;
+  return -1;
+}
+
+/* Reads or writes whole blocks, split in commands of at most max_blocks,
+ * all in flight at once. */
+static int
+rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
+           uint64_t nblocks, bool fua)
+{
+  struct lg_cmd stack_cmds[STACK_CMDS], *cmds = stack_cmds;
+  struct lg_waiter w;
+  uint64_t n = (nblocks + x->max_blocks - 1) / x->max_blocks;
+  int r = 0;
+
+  if (n > STACK_CMDS) {
+    cmds = calloc (n, sizeof *cmds);
+    if (cmds == NULL)
+      return -1;
+  }
+  else
+    memset (cmds, 0, n * sizeof *cmds);
+
+  lg_waiter_init (&w);
+  w.pending = (unsigned) n;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t first = lba + i * x->max_blocks;
+    uint64_t cnt = nblocks - i * x->max_blocks;
+    uint32_t bytes;
+
+    if (cnt > x->max_blocks)
+      cnt = x->max_blocks;
+    bytes = (uint32_t) (cnt * x->bs);
+    cmds[i].kind = LG_CMD_SCSI;
+    cmds[i].lun = x->lun;
+    cmds[i].waiter = &w;
+    cmds[i].iov.iov_base = buf + i * (uint64_t) x->max_blocks * x->bs;
+    cmds[i].iov.iov_len = bytes;
+    cmds[i].task = write
+      ? scsi_cdb_write16 (first, bytes, (int) x->bs, 0, 0, fua, 0, 0)
+      : scsi_cdb_read16 (first, bytes, (int) x->bs, 0, 0, 0, 0, 0);
+    if (cmds[i].task == NULL) {
+      cmds[i].status = SCSI_STATUS_ERROR;
+      snprintf (cmds[i].msg, sizeof cmds[i].msg, "out of memory");
+      /* Never submitted: count it done (commands already submitted may
+       * be completing on loop threads, hence the lock). */
+      pthread_mutex_lock (&w.lock);
+      w.pending--;
+      pthread_mutex_unlock (&w.lock);
+      continue;
+    }
+    lg_pool_submit (x->pool, &cmds[i]);
+  }
+  lg_waiter_wait (&w);
+  lg_waiter_destroy (&w);
+
+  for (uint64_t i = 0; i < n; i++) {
+    if (r == 0 && (cmds[i].task == NULL
+                   || lg_scsi_errno (cmds[i].status, cmds[i].sense.key,
+                                     cmds[i].sense.ascq) != 0)) {
+      uint64_t first = lba + i * x->max_blocks;
+      uint64_t cnt = nblocks - i * x->max_blocks;
+
+      r = cmd_failed (x, &cmds[i], first,
+                      cnt > x->max_blocks ? x->max_blocks : cnt);
+    }
+    scsi_free_scsi_task (cmds[i].task);
+  }
+  if (cmds != stack_cmds) {
+    int saved = errno;
+
+    free (cmds);
+    errno = saved;
+  }
+  return r;
+}
+
+static int
+idev_flush (struct lg_dev *d)
+{
+  struct idev *x = to_idev (d);
+  struct lg_cmd cmd;
+  int r = 0;
+
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_SCSI;
+  cmd.lun = x->lun;
+  cmd.task = scsi_cdb_synchronizecache16 (0, 0, 0, 0);
+  if (cmd.task == NULL)
+    return -1;
+  lg_pool_exec (x->pool, &cmd);
+  if (lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq) != 0)
+    r = cmd_failed (x, &cmd, 0, x->info.nblocks);
+  scsi_free_scsi_task (cmd.task);
+  return r;
+}
+
+static int
+idev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
+{
+  struct idev *x = to_idev (d);
+  uint8_t *p = buf;
+  uint64_t bs = x->bs;
+  uint8_t *bounce = NULL;
+  int r = 0;
+
+  /* Head: a partial first block. */
+  if (off % bs != 0 || count < bs) {
+    uint64_t skip = off % bs;
+    size_t n = count < bs - skip ? count : (size_t) (bs - skip);
+
+    bounce = malloc (bs);
+    if (bounce == NULL)
+      return -1;
+    if (rw_blocks (x, false, bounce, off / bs, 1, false) < 0)
+      goto err;
+    memcpy (p, bounce + skip, n);
+    p += n;
+    off += n;
+    count -= n;
+  }
+  /* Middle: straight into the caller's buffer. */
+  if (count >= bs) {
+    uint64_t nb = count / bs;
+
+    if (rw_blocks (x, false, p, off / bs, nb, false) < 0)
+      goto err;
+    p += nb * bs;
+    off += nb * bs;
+    count -= nb * bs;
+  }
+  /* Tail. */
+  if (count > 0) {
+    if (bounce == NULL && (bounce = malloc (bs)) == NULL)
+      return -1;
+    if (rw_blocks (x, false, bounce, off / bs, 1, false) < 0)
+      goto err;
+    memcpy (p, bounce, count);
+  }
+  free (bounce);
+  return r;
+
+ err:
+  r = errno;
+  free (bounce);
+  errno = r;
+  return -1;
+}
+
+/* Read-modify-write of the part [skip, skip+n) of block lba. */
+static int
+rmw_block (struct idev *x, uint64_t lba, uint64_t skip, const uint8_t *src,
+           size_t n, bool fua)
+{
+  pthread_mutex_t *m = &x->rmw[lba % RMW_STRIPES];
+  uint8_t *bounce = malloc (x->bs);
+  int r = -1, saved;
+
+  if (bounce == NULL)
+    return -1;
+  pthread_mutex_lock (m);
+  if (rw_blocks (x, false, bounce, lba, 1, false) == 0) {
+    memcpy (bounce + skip, src, n);
+    r = rw_blocks (x, true, bounce, lba, 1, fua);
+  }
+  saved = errno;
+  pthread_mutex_unlock (m);
+  free (bounce);
+  errno = saved;
+  return r;
+}
+
+static int
+idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
+             unsigned flags)
+{
+  struct idev *x = to_idev (d);
+  const uint8_t *p = buf;
+  uint64_t bs = x->bs;
+  bool fua = (flags & LG_FUA) && x->dpofua;
+
+  if (off % bs != 0 || count < bs) {
+    uint64_t skip = off % bs;
+    size_t n = count < bs - skip ? count : (size_t) (bs - skip);
+
+    if (rmw_block (x, off / bs, skip, p, n, fua) < 0)
+      return -1;
+    p += n;
+    off += n;
+    count -= n;
+  }
+  if (count >= bs) {
+    uint64_t nb = count / bs;
+
+    /* libiscsi only reads from the buffer of a data-out. */
+    if (rw_blocks (x, true, (uint8_t *) p, off / bs, nb, fua) < 0)
+      return -1;
+    p += nb * bs;
+    off += nb * bs;
+    count -= nb * bs;
+  }
+  if (count > 0 && rmw_block (x, off / bs, 0, p, count, fua) < 0)
+    return -1;
+  if ((flags & LG_FUA) && !x->dpofua)
+    return idev_flush (d);
+  return 0;
+}
+
+/* UNMAP of whole blocks, in commands that respect the LUN's limits. */
+static int
+unmap_blocks (struct idev *x, uint64_t lba, uint64_t nblocks)
+{
+  uint32_t per_desc = x->info.max_unmap_blocks ? x->info.max_unmap_blocks
+    : UINT32_MAX;
+  uint32_t max_desc = x->info.max_unmap_desc ? x->info.max_unmap_desc : 64;
+
+  if (max_desc > 64)
+    max_desc = 64;
+  while (nblocks > 0) {
+    uint8_t param[8 + 64 * 16];
+    struct lg_cmd cmd;
+    uint32_t nd = 0;
+    uint64_t first = lba, covered = 0;
+    int bad;
+
+    memset (param, 0, sizeof param);
+    while (nblocks > 0 && nd < max_desc) {
+      uint64_t cnt = nblocks < per_desc ? nblocks : per_desc;
+      uint8_t *desc = param + 8 + nd * 16;
+
+      for (int i = 0; i < 8; i++)
+        desc[i] = (uint8_t) (lba >> (56 - 8 * i));
+      for (int i = 0; i < 4; i++)
+        desc[8 + i] = (uint8_t) (cnt >> (24 - 8 * i));
+      lba += cnt;
+      nblocks -= cnt;
+      covered += cnt;
+      nd++;
+    }
+    param[0] = (uint8_t) ((6 + nd * 16) >> 8);
+    param[1] = (uint8_t) (6 + nd * 16);
+    param[2] = (uint8_t) ((nd * 16) >> 8);
+    param[3] = (uint8_t) (nd * 16);
+
+    memset (&cmd, 0, sizeof cmd);
+    cmd.kind = LG_CMD_SCSI;
+    cmd.lun = x->lun;
+    cmd.task = scsi_cdb_unmap (0, 0, (uint16_t) (8 + nd * 16));
+    if (cmd.task == NULL)
+      return -1;
+    cmd.iov.iov_base = param;
+    cmd.iov.iov_len = 8 + nd * 16;
+    lg_pool_exec (x->pool, &cmd);
+    bad = lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq);
+    if (bad)
+      cmd_failed (x, &cmd, first, covered);
+    scsi_free_scsi_task (cmd.task);
+    if (bad)
+      return -1;
+  }
+  return 0;
+}
+
+static int
+idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  struct idev *x = to_idev (d);
+  uint64_t first = (off + x->bs - 1) / x->bs;
+  uint64_t end = (off + count) / x->bs;
+
+  /* Trim is a hint: only the whole blocks inside the range go. */
+  if (end > first && unmap_blocks (x, first, end - first) < 0)
+    return -1;
+  return (flags & LG_FUA) ? idev_flush (d) : 0;
+}
+
+/* WRITE SAME(16) of a zero block over whole blocks, deallocating when
+ * unmap is set. */
+static int
+write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks,
+                   bool unmap)
+{
+  uint8_t *zero = calloc (1, x->bs);
+
+  if (zero == NULL)
+    return -1;
+  while (nblocks > 0) {
+    uint64_t cnt = nblocks < x->max_ws_blocks ? nblocks : x->max_ws_blocks;
+    struct lg_cmd cmd;
+    int bad;
+
+    memset (&cmd, 0, sizeof cmd);
+    cmd.kind = LG_CMD_SCSI;
+    cmd.lun = x->lun;
+    cmd.task = scsi_cdb_writesame16 (0, 0, unmap, lba, 0, (uint32_t) cnt,
+                                     x->bs);
+    if (cmd.task == NULL) {
+      free (zero);
+      return -1;
+    }
+    cmd.iov.iov_base = zero;
+    cmd.iov.iov_len = x->bs;
+    lg_pool_exec (x->pool, &cmd);
+    bad = lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq);
+    if (bad == EINVAL || bad == ENOTSUP) {
+      /* Not supported after all (tgt's WRITE SAME has limits of its own):
+       * remember, and let the caller write zeroes. */
+      lg_debug ("%s: WRITE SAME(16) refused, falling back to writes",
+                x->dev.name);
+      atomic_store (&x->no_write_same, true);
+      scsi_free_scsi_task (cmd.task);
+      free (zero);
+      errno = ENOTSUP;
+      return -1;
+    }
+    if (bad)
+      cmd_failed (x, &cmd, lba, cnt);
+    scsi_free_scsi_task (cmd.task);
+    if (bad) {
+      bad = errno;
+      free (zero);
+      errno = bad;
+      return -1;
+    }
+    lba += cnt;
+    nblocks -= cnt;
+  }
+  free (zero);
+  return 0;
+}
+
+static int
+write_zeroes (struct idev *x, uint64_t count, uint64_t off, unsigned flags)
+{
+  size_t chunk = x->dev.max_io;
+  uint8_t *zero;
+
+  if (chunk > count)
+    chunk = (size_t) count;
+  zero = calloc (1, chunk);
+  if (zero == NULL)
+    return -1;
+  while (count > 0) {
+    size_t n = count < chunk ? (size_t) count : chunk;
+
+    if (idev_pwrite (&x->dev, zero, n, off, flags & LG_FUA) < 0) {
+      int saved = errno;
+
+      free (zero);
+      errno = saved;
+      return -1;
+    }
+    off += n;
+    count -= n;
+  }
+  free (zero);
+  return 0;
+}
+
+static int
+idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  struct idev *x = to_idev (d);
+  uint64_t first = (off + x->bs - 1) / x->bs;
+  uint64_t end = (off + count) / x->bs;
+  /* Deallocating is only a way to zero when deallocated blocks read as
+   * zeroes (LBPRZ). */
+  bool unmap = (flags & LG_MAY_TRIM) && x->info.lbpws && x->info.lbprz;
+  bool native = x->dev.can_zero && !atomic_load (&x->no_write_same);
+
+  if (flags & LG_FAST_ZERO) {
+    if (!native || !unmap) {
+      errno = ENOTSUP;
+      return -1;
+    }
+  }
+  if (!native || end <= first)
+    return write_zeroes (x, count, off, flags);
+
+  /* Unaligned edges by writes, the whole blocks by WRITE SAME. */
+  if (off < first * x->bs
+      && write_zeroes (x, first * x->bs - off, off, 0) < 0)
+    return -1;
+  if (write_same_blocks (x, first, end - first, unmap) < 0) {
+    if (errno != ENOTSUP || (flags & LG_FAST_ZERO))
+      return -1;
+    if (write_zeroes (x, (end - first) * x->bs, first * x->bs, 0) < 0)
+      return -1;
+  }
+  if (off + count > end * x->bs
+      && write_zeroes (x, off + count - end * x->bs, end * x->bs, 0) < 0)
+    return -1;
+  return (flags & LG_FUA) ? idev_flush (d) : 0;
+}
+
+static int
+idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
+              lg_extent_fn *fn, void *opaque)
+{
+  struct idev *x = to_idev (d);
+  uint64_t lba = off / x->bs;
+  uint64_t end = (off + count + x->bs - 1) / x->bs;
+
+  if (atomic_load (&x->no_lba_status))
+    return fn (opaque, off, count, false);
+
+  while (lba < end) {
+    struct scsi_task *task = scsi_cdb_get_lba_status (lba, 4096);
+    struct scsi_get_lba_status *st;
+    char msg[256];
+    uint64_t progress = lba;
+
+    if (task == NULL)
+      return -1;
+    if (lg_pool_task (x->pool, x->lun, task, msg, sizeof msg) < 0) {
+      int err = errno;
+
+      scsi_free_scsi_task (task);
+      if (err == EINVAL || err == ENOTSUP) {
+        lg_debug ("%s: GET LBA STATUS refused (%s): reporting data",
+                  d->name, msg);
+        atomic_store (&x->no_lba_status, true);
+        return fn (opaque, lba * x->bs, end * x->bs - lba * x->bs, false);
+      }
+      lg_error ("%s: GET LBA STATUS LBA %" PRIu64 ": %s", d->name, lba, msg);
+      errno = err;
+      return -1;
+    }
+    st = scsi_datain_unmarshall (task);
+    for (uint32_t i = 0; st && i < st->num_descriptors; i++) {
+      const struct scsi_lba_status_descriptor *ds = &st->descriptors[i];
+      uint64_t a = ds->lba, b;
+
+      /* Hostile input: descriptors must move forward, inside the LUN. */
+      if (a != progress || ds->num_blocks == 0
+          || ds->num_blocks > x->info.nblocks - a)
+        break;
+      b = a + ds->num_blocks;
+      if (b > end)
+        b = end;
+      if (fn (opaque, a * x->bs, (b - a) * x->bs,
+              ds->provisioning != SCSI_PROVISIONING_TYPE_MAPPED) < 0) {
+        scsi_free_scsi_task (task);
+        return 0;
+      }
+      progress = b;
+      if (b >= end)
+        break;
+    }
+    scsi_free_scsi_task (task);
+    if (progress == lba) {
+      /* Nothing usable came back: call the rest data, which is safe. */
+      return fn (opaque, lba * x->bs, end * x->bs - lba * x->bs, false);
+    }
+    lba = progress;
+  }
+  return 0;
+}
+
+static void
+idev_close (struct lg_dev *d)
+{
+  struct idev *x = to_idev (d);
+
+  if (x->owns_pool)
+    lg_pool_close (x->pool);
+  for (int i = 0; i < RMW_STRIPES; i++)
+    pthread_mutex_destroy (&x->rmw[i]);
+  free (x);
+}
+
+static const struct lg_dev_ops idev_ops = {
+  .name = "iscsi",
+  .pread = idev_pread,
+  .pwrite = idev_pwrite,
+  .flush = idev_flush,
+  .trim = idev_trim,
+  .zero = idev_zero,
+  .extents = idev_extents,
+  .close = idev_close,
+};
+
+struct lg_dev *
+lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun,
+                   bool read_only, char *err, size_t errlen)
+{
+  struct idev *x = calloc (1, sizeof *x);
+  const struct lg_lun_info *li;
+  uint64_t max_bytes;
+
+  if (x == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return NULL;
+  }
+  if (lg_lun_probe (p, lun, &x->info, err, errlen) < 0)
+    goto err;
+  li = &x->info;
+  if (!li->is_disk) {
+    snprintf (err, errlen, "%s: LUN %d is a %s, not a disk",
+              lg_pool_target (p), lun, li->type_name);
+    errno = ENOTSUP;
+    goto err;
+  }
+  if (li->no_medium || li->block_size == 0) {
+    snprintf (err, errlen, "%s: LUN %d has no medium", lg_pool_target (p),
+              lun);
+    errno = ESHUTDOWN;
+    goto err;
+  }
+  x->pool = p;
+  x->owns_pool = owns_pool;
+  x->lun = lun;
+  x->bs = li->block_size;
+  max_bytes = li->max_xfer_blocks
+    ? (uint64_t) li->max_xfer_blocks * x->bs : DEFAULT_MAX_XFER;
+  if (max_bytes > DEFAULT_MAX_XFER * 4)
+    max_bytes = DEFAULT_MAX_XFER * 4;
+  if (max_bytes < x->bs)
+    max_bytes = x->bs;
+  x->max_blocks = (uint32_t) (max_bytes / x->bs);
+  x->max_ws_blocks = li->max_ws_blocks && li->max_ws_blocks < UINT32_MAX
+    ? (uint32_t) li->max_ws_blocks : DEFAULT_MAX_WS_BLOCKS;
+  /* XXX: DPOFUA from MODE SENSE; until probed, FUA is emulated by a
+   * SYNCHRONIZE CACHE after the write, which is always correct. */
+  x->dpofua = false;
+  for (int i = 0; i < RMW_STRIPES; i++)
+    pthread_mutex_init (&x->rmw[i], NULL);
+
+  snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p),
+            lun);
+  x->dev.ops = &idev_ops;
+  x->dev.size = li->size;
+  x->dev.block_size = x->bs;
+  x->dev.pref_block_size = li->phys_block_size > x->bs
+    ? li->phys_block_size : x->bs;
+  if (li->opt_gran_blocks > 0
+      && (uint64_t) li->opt_gran_blocks * x->bs <= (1u << 20))
+    x->dev.pref_block_size = li->opt_gran_blocks * x->bs;
+  x->dev.max_io = x->max_blocks * x->bs;
+  x->dev.read_only = read_only || li->write_protected;
+  x->dev.can_trim = li->lbpu;
+  x->dev.can_zero = li->lbpws;
+  x->dev.can_extents = li->lbpme;
+  x->dev.can_fua = true;
+  if (li->write_protected && !read_only)
+    lg_info ("%s: the LUN is write-protected: opened read-only",
+             x->dev.name);
+  return &x->dev;
+
+ err:
+  {
+    int saved = errno;
+
+    free (x);
+    errno = saved;
+  }
+  return NULL;
+}
+
+const struct lg_lun_info *
+lg_iscsi_dev_info (const struct lg_dev *d)
+{
+  return &((const struct idev *) d)->info;
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Sense-to-errno table.  Pure functions: any thread. */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "iscsi/sense.h"
+
+/* ASC/ASCQ pairs worth a more precise errno than their sense key gives. */
+static const struct {
+  int ascq;
+  int err;
+} ascq_table[] = {
+  { SCSI_SENSE_ASCQ_INVALID_OPERATION_CODE, ENOTSUP },
+  { SCSI_SENSE_ASCQ_LBA_OUT_OF_RANGE, EINVAL },
+  { SCSI_SENSE_ASCQ_INVALID_FIELD_IN_CDB, EINVAL },
+  { SCSI_SENSE_ASCQ_INVALID_FIELD_IN_PARAMETER_LIST, EINVAL },
+  { SCSI_SENSE_ASCQ_PARAMETER_LIST_LENGTH_ERROR, EINVAL },
+  { SCSI_SENSE_ASCQ_LOGICAL_UNIT_NOT_SUPPORTED, ESHUTDOWN },
+  { SCSI_SENSE_ASCQ_WRITE_PROTECTED, EPERM },
+  { SCSI_SENSE_ASCQ_HARDWARE_WRITE_PROTECTED, EPERM },
+  { SCSI_SENSE_ASCQ_SOFTWARE_WRITE_PROTECTED, EPERM },
+  { 0x2707, ENOSPC },           /* space allocation failed write protect */
+  { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT, ESHUTDOWN },
+  { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT_TRAY_CLOSED, ESHUTDOWN },
+  { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT_TRAY_OPEN, ESHUTDOWN },
+};
+
+static const struct {
+  int key;
+  int err;
+} key_table[] = {
+  { SCSI_SENSE_NO_SENSE, EIO },
+  { SCSI_SENSE_RECOVERED_ERROR, 0 },   /* the command succeeded */
+  { SCSI_SENSE_NOT_READY, EIO },
+  { SCSI_SENSE_MEDIUM_ERROR, EIO },
+  { SCSI_SENSE_HARDWARE_ERROR, EIO },
+  { SCSI_SENSE_ILLEGAL_REQUEST, EINVAL },
+  { SCSI_SENSE_UNIT_ATTENTION, EIO },
+  { SCSI_SENSE_DATA_PROTECTION, EPERM },
+  { SCSI_SENSE_BLANK_CHECK, EIO },
+  { SCSI_SENSE_VENDOR_SPECIFIC, EIO },
+  { SCSI_SENSE_COPY_ABORTED, EIO },
+  { SCSI_SENSE_COMMAND_ABORTED, EIO },
+  { SCSI_SENSE_OBSOLETE_ERROR_CODE, EIO },
+  { SCSI_SENSE_OVERFLOW_COMMAND, ENOSPC },
+  { SCSI_SENSE_MISCOMPARE, EIO },
+};
+
+int
+lg_scsi_errno (int status, int sense_key, int ascq)
+{
+  size_t i;
+
+  switch (status) {
+  case SCSI_STATUS_GOOD:
+  case SCSI_STATUS_CONDITION_MET:
+    return 0;
+  case SCSI_STATUS_CHECK_CONDITION:
+    for (i = 0; i < sizeof ascq_table / sizeof ascq_table[0]; i++)
+      if (ascq_table[i].ascq == ascq)
+        return ascq_table[i].err;
+    for (i = 0; i < sizeof key_table / sizeof key_table[0]; i++)
+      if (key_table[i].key == sense_key)
+        return key_table[i].err;
+    return EIO;
+  case SCSI_STATUS_RESERVATION_CONFLICT:
+    return EPERM;
+  case SCSI_STATUS_CANCELLED:
+    return ESHUTDOWN;
+  case SCSI_STATUS_BUSY:
+  case SCSI_STATUS_TASK_SET_FULL:
+  case SCSI_STATUS_ACA_ACTIVE:
+  case SCSI_STATUS_TASK_ABORTED:
+  case SCSI_STATUS_TIMEOUT:
+  case SCSI_STATUS_ERROR:
+  default:
+    return EIO;
+  }
+}
+
+static const char *
+status_name (int status)
+{
+  switch (status) {
+  case SCSI_STATUS_CHECK_CONDITION: return "CHECK CONDITION";
+  case SCSI_STATUS_BUSY: return "BUSY";
+  case SCSI_STATUS_RESERVATION_CONFLICT: return "RESERVATION CONFLICT";
+  case SCSI_STATUS_TASK_SET_FULL: return "TASK SET FULL";
+  case SCSI_STATUS_ACA_ACTIVE: return "ACA ACTIVE";
+  case SCSI_STATUS_TASK_ABORTED: return "TASK ABORTED";
+  case SCSI_STATUS_REDIRECT: return "REDIRECT";
+  case SCSI_STATUS_CANCELLED: return "cancelled";
+  case SCSI_STATUS_ERROR: return "transport error";
+  case SCSI_STATUS_TIMEOUT: return "timed out";
+  default: return "unknown status";
+  }
+}
+
+int
+lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
+{
+  int err = lg_scsi_errno (cmd->status, cmd->sense.key, cmd->sense.ascq);
+
+  if (err == 0) {
+    if (len)
+      msg[0] = '\0';
+    return 0;
+  }
+  if (cmd->status == SCSI_STATUS_CHECK_CONDITION)
+    snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)",
+              scsi_sense_key_str (cmd->sense.key), cmd->sense.key,
+              scsi_sense_ascq_str (cmd->sense.ascq), cmd->sense.ascq);
+  else if (cmd->msg[0])
+    snprintf (msg, len, "%s: %s", status_name (cmd->status), cmd->msg);
+  else
+    snprintf (msg, len, "%s (status 0x%x)", status_name (cmd->status),
+              cmd->status);
+  return err;
+}
+
+const char *
+lg_scsi_opname (unsigned char op)
+{
+  switch (op) {
+  case 0x00: return "TEST UNIT READY";
+  case 0x12: return "INQUIRY";
+  case 0x1a: return "MODE SENSE(6)";
+  case 0x28: return "READ(10)";
+  case 0x2a: return "WRITE(10)";
+  case 0x35: return "SYNCHRONIZE CACHE(10)";
+  case 0x42: return "UNMAP";
+  case 0x88: return "READ(16)";
+  case 0x8a: return "WRITE(16)";
+  case 0x91: return "SYNCHRONIZE CACHE(16)";
+  case 0x93: return "WRITE SAME(16)";
+  case 0x9e: return "SERVICE ACTION IN(16)";
+  case 0xa0: return "REPORT LUNS";
+  default: return "SCSI command";
+  }
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One iSCSI session: a libiscsi context owned by its own event-loop thread.
+ *
+ * Callers on any thread fill a struct lg_cmd (a SCSI task built with
+ * libiscsi's scsi_cdb_* helpers, the LUN, the caller's data buffer) and
+ * submit it; the loop thread issues it with iscsi_scsi_command_async,
+ * services the socket, and on completion records status and sense in the
+ * command and signals the command's waiter.  Only the loop thread touches
+ * the libiscsi context, so libiscsi needs no locks; the submit queue is the
+ * only shared state and its lock is never held across a round trip.
+ */
+#ifndef LG_SESSION_H
+#define LG_SESSION_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+
+/* How to log in.  Secrets are sodium_malloc'd (util/secret.h); the struct
+ * owns them (lg_login_clear frees). */
+struct lg_login {
+  char *initiator_name;
+  char *user;
+  char *secret;
+  char *target_user;
+  char *target_secret;
+  bool header_digest;        /* CRC32C header digest */
+  int connect_timeout;       /* seconds for connect + login */
+  int io_timeout;            /* seconds per command; 0 = none */
+};
+
+#define LG_DEFAULT_CONNECT_TIMEOUT 10
+#define LG_DEFAULT_IO_TIMEOUT 60
+
+/* Defaults, with the initiator name iqn.2026-11.org.lungate:<hostname>. */
+int lg_login_init (struct lg_login *l);
+void lg_login_clear (struct lg_login *l);
+
+/* A group of commands waited on together (one request split in chunks). */
+struct lg_waiter {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  unsigned pending;
+};
+
+void lg_waiter_init (struct lg_waiter *w);
+void lg_waiter_destroy (struct lg_waiter *w);
+void lg_waiter_wait (struct lg_waiter *w);
+
+enum lg_cmd_kind {
+  LG_CMD_SCSI,
+  LG_CMD_DISCOVERY,        /* SendTargets=All on a discovery session */
+};
+
+struct lg_target_list;
+
+struct lg_cmd {
+  /* Set by the caller. */
+  enum lg_cmd_kind kind;
+  struct scsi_task *task;    /* owned by the caller, freed after the wait */
+  int lun;
+  struct scsi_iovec iov;     /* data buffer, when iov.iov_base != NULL */
+  struct lg_waiter *waiter;
+
+  /* Set when the command completes. */
+  int status;                /* SCSI_STATUS_*; transport failures too */
+  struct scsi_sense sense;
+  char msg[160];             /* libiscsi's text for transport failures */
+  struct lg_target_list *targets;  /* LG_CMD_DISCOVERY result */
+
+  /* Private to the session. */
+  struct lg_cmd *next;
+  struct lg_session *session;
+  unsigned retries;
+};
+
+struct lg_session;
+
+/* Connects and logs in to target (NULL: a discovery session) at portal
+ * ("host:port"), within login->connect_timeout.  On failure returns NULL
+ * with errno set (ECONNREFUSED, ETIMEDOUT, EACCES for a failed
+ * authentication, EPERM when not authorized, ENOENT when the target does
+ * not exist, EIO otherwise) and a sentence in err. */
+struct lg_session *lg_session_open (const struct lg_login *login,
+                                    const char *portal, const char *target,
+                                    char *err, size_t errlen);
+
+/* Closes: logs out, stops the thread, frees.  No command may be pending. */
+void lg_session_close (struct lg_session *s);
+
+/* Queues cmd; it completes through cmd->waiter, whose pending count the
+ * caller has already raised.  Never blocks on the network. */
+void lg_session_submit (struct lg_session *s, struct lg_cmd *cmd);
+
+/* Submits one command and waits for it. */
+void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
+
+/* Commands in flight or queued on this session (for load balancing). */
+unsigned lg_session_load (const struct lg_session *s);
+
+/* Targets found by SendTargets. */
+struct lg_target {
+  char *name;
+  size_t nportals;
+  char **portals;            /* "addr:port,tpgt" as the target sent it */
+};
+
+struct lg_target_list {
+  size_t n;
+  struct lg_target *t;
+};
+
+void lg_target_list_free (struct lg_target_list *l);
+
+#endif

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The `lungate' command: global options, then a subcommand from the
+ * table.  Main thread. */
+#include <config.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include <sodium.h>
+
+#include "cmd/cmd.h"
+#include "util/log.h"
+
+static const struct {
+  const char *name;
+  int (*fn) (int argc, char **argv);
+  const char *summary;
+} commands[] = {
+  { "discover", lg_cmd_discover, "list a portal's targets and their LUNs" },
+  { "info", lg_cmd_info, "show what a LUN is and what it supports" },
+};
+
+static void
+usage (FILE *f)
+{
+  fprintf (f,
+           "Usage: lungate [-v|-q] COMMAND [OPTIONS] URL\n"
+           "       lungate --help | --version\n"
+           "\n"
+           "lungate logs in to iSCSI targets from userspace and serves their\n"
+           "LUNs.  URLs are iscsi://[USER@]HOST[:PORT][/TARGET-IQN[/LUN]].\n"
+           "\n"
+           "Commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf (f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf (f,
+           "\n"
+           "Options:\n"
+           "  -v, --verbose   more messages (twice: debug)\n"
+           "  -q, --quiet     errors only\n"
+           "  -h, --help      this help\n"
+           "  -V, --version   versions of lungate and its libraries\n"
+           "\n"
+           "'lungate COMMAND --help' describes a command; man lungate.\n");
+}
+
+static void
+version (void)
+{
+  printf ("lungate %s\n", PACKAGE_VERSION);
+  printf ("libiscsi %s\n", LG_LIBISCSI_VERSION);
+  printf ("libsodium %s\n", sodium_version_string ());
+}
+
+int
+main (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    { "verbose", no_argument, NULL, 'v' },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+  };
+  int c, verbose = 0;
+
+  /* Secrets pass through this process: keep them out of core dumps and
+   * away from ptrace by other users. */
+  prctl (PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (sodium_init () < 0) {
+    fprintf (stderr, "lungate: cannot initialise libsodium\n");
+    return LG_EXIT_FAIL;
+  }
+
+  while ((c = getopt_long (argc, argv, "+vqhV", opts, NULL)) != -1) {
+    switch (c) {
+    case 'v':
+      verbose++;
+      break;
+    case 'q':
+      verbose = -1;
+      break;
+    case 'h':
+      usage (stdout);
+      return LG_EXIT_OK;
+    case 'V':
+      version ();
+      return LG_EXIT_OK;
+    default:
+      usage (stderr);
+      return LG_EXIT_USAGE;
+    }
+  }
+  lg_log_set_level (verbose < 0 ? LG_LOG_ERROR
+                    : verbose == 0 ? LG_LOG_INFO
+                    : LG_LOG_DEBUG);
+  if (optind >= argc) {
+    usage (stderr);
+    return LG_EXIT_USAGE;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp (argv[optind], commands[i].name) == 0) {
+      argv += optind;
+      argc -= optind;
+      optind = 0;   /* glibc: reinitialise getopt for the subcommand */
+      return commands[i].fn (argc, argv);
+    }
+  fprintf (stderr, "lungate: unknown command '%s'\nTry 'lungate --help'.\n",
+           argv[optind]);
+  return LG_EXIT_USAGE;
+}

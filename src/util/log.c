@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Logging sink.  The level and the sink are set once at start-up, before
+ * any worker thread exists, and only read afterwards.
+ */
+#include <config.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "util/log.h"
+
+static lg_log_sink *sink;
+static enum lg_log_level max_level = LG_LOG_WARN;
+
+void
+lg_log_set_sink (lg_log_sink *s)
+{
+  sink = s;
+}
+
+void
+lg_log_set_level (enum lg_log_level max)
+{
+  max_level = max;
+}
+
+enum lg_log_level
+lg_log_get_level (void)
+{
+  return max_level;
+}
+
+static void
+default_sink (enum lg_log_level level, const char *msg)
+{
+  static const char *const prefix[] = {
+    [LG_LOG_ERROR] = "", [LG_LOG_WARN] = "warning: ",
+    [LG_LOG_INFO] = "", [LG_LOG_DEBUG] = "debug: ",
+  };
+
+  /* One fprintf per line: stdio locks the stream, so lines from several
+   * threads do not interleave. */
+  fprintf (stderr, "lungate: %s%s\n", prefix[level], msg);
+}
+
+void
+lg_log (enum lg_log_level level, const char *fmt, ...)
+{
+  char buf[1024];
+  va_list ap;
+
+  if (level > max_level)
+    return;
+  va_start (ap, fmt);
+  vsnprintf (buf, sizeof buf, fmt, ap);
+  va_end (ap);
+  (sink ? sink : default_sink) (level, buf);
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The one logging sink of the core library.  Every layer reports through
+ * lg_log; the command routes it to stderr, the nbdkit plugin to
+ * nbdkit_error / nbdkit_debug.  Any thread may call it; the sink must be
+ * thread-safe (both of ours are).
+ */
+#ifndef LG_LOG_H
+#define LG_LOG_H
+
+enum lg_log_level {
+  LG_LOG_ERROR = 0,
+  LG_LOG_WARN = 1,
+  LG_LOG_INFO = 2,
+  LG_LOG_DEBUG = 3,
+};
+
+typedef void lg_log_sink (enum lg_log_level level, const char *msg);
+
+/* Install a sink (NULL restores the default: stderr) and the highest level
+ * that reaches it. */
+void lg_log_set_sink (lg_log_sink *sink);
+void lg_log_set_level (enum lg_log_level max);
+enum lg_log_level lg_log_get_level (void);
+
+void lg_log (enum lg_log_level level, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
+#define lg_error(...) lg_log (LG_LOG_ERROR, __VA_ARGS__)
+#define lg_warn(...) lg_log (LG_LOG_WARN, __VA_ARGS__)
+#define lg_info(...) lg_log (LG_LOG_INFO, __VA_ARGS__)
+#define lg_debug(...) lg_log (LG_LOG_DEBUG, __VA_ARGS__)
+
+#endif
