@@ -45,6 +45,7 @@ struct lg_session {
   int efd;                     /* eventfd: wakes the loop */
   char portal[300];
   char target[256];
+  char initiator[256];
   int connect_timeout;
 
   /* Open handshake: the loop thread reports the login result. */
@@ -300,7 +301,14 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
   const char *t = s->target[0] ? s->target : "discovery session";
 
   s->phase = PHASE_FAILED;
-  if (code == 0x0201) {
+  if (strstr (libmsg, "CHAP_R") != NULL) {
+    s->open_errno = EACCES;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: mutual CHAP authentication failed: the target did "
+              "not prove it knows the target secret (wrong --target-user or "
+              "target secret?)", s->portal, t);
+  }
+  else if (code == 0x0201) {
     s->open_errno = EACCES;
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: authentication failed (wrong CHAP user or secret?)",
@@ -313,9 +321,12 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
               "this initiator", s->portal, t);
   }
   else if (code == 0x0203 || code == 0x0204) {
+    /* Targets (tgt among them) answer an initiator their ACL refuses as
+     * if the target did not exist: say both. */
     s->open_errno = ENOENT;
     snprintf (s->open_err, sizeof s->open_err,
-              "%s: %s: target not found", s->portal, t);
+              "%s: %s: target not found, or not authorized: its ACL does "
+              "not admit initiator %s", s->portal, t, s->initiator);
   }
   else if (strstr (libmsg, "refused")) {
     s->open_errno = ECONNREFUSED;
@@ -517,6 +528,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
   s->efd = -1;
   snprintf (s->portal, sizeof s->portal, "%s", portal);
   snprintf (s->target, sizeof s->target, "%s", target ? target : "");
+  snprintf (s->initiator, sizeof s->initiator, "%s", login->initiator_name);
   s->connect_timeout = login->connect_timeout > 0 ? login->connect_timeout
     : LG_DEFAULT_CONNECT_TIMEOUT;
   pthread_mutex_init (&s->lock, NULL);

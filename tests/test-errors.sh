@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Each failure is clear, bounded in time, and writes nothing to the LUN:
+# closed port, a peer that never answers, a target that does not exist, a
+# LUN that does not exist, an initiator refused by the ACL.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+require python3 cmp
+tgt_start
+t=iqn.2026-11.org.lungate:errors
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_allow_initiator 1 iqn.2026-11.org.lungate:allowed
+url="iscsi://$TGT_PORTAL/$t"
+lunfile=$(tgt_lun_file 1 1)
+allowed=(--initiator-name iqn.2026-11.org.lungate:allowed)
+
+# The allowed initiator gets in; another name does not.
+with_timeout 60 "$LUNGATE" info "${allowed[@]}" "$url/1" | grep -q "^size: 16777216 " \
+  || fail "the allowed initiator could not log in"
+expect_fail_with "not authorized: its ACL does not admit initiator iqn.2026-11.org.lungate:intruder" \
+  "$LUNGATE" info --initiator-name iqn.2026-11.org.lungate:intruder "$url/1"
+
+# No such target, no such LUN.
+expect_fail_with "iqn.2026-11.org.lungate:missing: target not found" \
+  "$LUNGATE" info "${allowed[@]}" "iscsi://$TGT_PORTAL/iqn.2026-11.org.lungate:missing/1"
+expect_fail_with "LUN 9 does not exist" "$LUNGATE" info "${allowed[@]}" "$url/9"
+
+# A closed port: refused at once.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start=$SECONDS
+expect_fail_with "127.0.0.1:$port: cannot connect: Connection refused" \
+  "$LUNGATE" info "iscsi://127.0.0.1:$port/$t/1"
+[ $((SECONDS - start)) -le 5 ] || fail "a refused connection took $((SECONDS - start)) s"
+
+# A peer that accepts and never answers: the login gives up within the
+# connect timeout.
+silent="$TGT_DIR/silent.port"
+python3 - "$silent" <<'PY' &
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+conns = []
+end = time.time() + 60
+s.settimeout(1)
+while time.time() < end:
+    try:
+        conns.append(s.accept())
+    except OSError:
+        pass
+PY
+silent_pid=$!
+on_exit kill "$silent_pid"
+for _ in $(seq 50); do [ -s "$silent" ] && break; sleep 0.1; done
+[ -s "$silent" ] || fail "the silent listener did not start"
+start=$SECONDS
+expect_fail_with "timed out after 2 s" \
+  "$LUNGATE" info --connect-timeout 2 "iscsi://127.0.0.1:$(cat "$silent")/$t/1"
+el=$((SECONDS - start))
+[ "$el" -le 6 ] || fail "a silent peer held the login for $el s (timeout 2 s)"
+# The default (10 s) is bounded too.
+start=$SECONDS
+expect_fail_with "timed out after 10 s" \
+  "$LUNGATE" discover "iscsi://127.0.0.1:$(cat "$silent")"
+el=$((SECONDS - start))
+[ "$el" -le 15 ] || fail "default connect timeout took $el s"
+
+# Nothing of the above wrote to the LUN.
+cmp -n 16777216 "$lunfile" /dev/zero || fail "the LUN was written to"
+echo "test-errors: ok"

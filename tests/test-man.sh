@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# The man pages are valid POD, and every option --help lists is in them.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+man="${top_srcdir:-..}/man"
+podchecker=${PODCHECKER:-podchecker}
+[ -x "$(command -v "$podchecker")" ] || fail "podchecker not found"
+for p in "$man"/*.pod; do
+  "$podchecker" "$p" >/dev/null 2>"$(scratch_dir)/pc" \
+    || { cat "$(scratch_dir)/pc" >&2; fail "podchecker: $p"; }
+  if grep -q WARNING "$(scratch_dir)/pc"; then
+    cat "$(scratch_dir)/pc" >&2
+    fail "podchecker warnings in $p"
+  fi
+done
+for c in discover info; do
+  [ -f "$man/lungate-$c.pod" ] || fail "no man page for lungate $c"
+  for opt in $("$LUNGATE" "$c" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
+    grep -q -- "B<$opt>" "$man/lungate-$c.pod" "$man/lungate.pod" \
+      || fail "lungate $c: $opt is in --help but in no man page"
+  done
+done
+for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
+  grep -q -- "B<$opt>" "$man/lungate.pod" || fail "lungate.pod lacks $opt"
+done
+echo "test-man: ok"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# --help, --version and usage errors: no target needed.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+
+out=$("$LUNGATE" --help) || fail "--help failed"
+for c in discover info; do
+  grep -q "^  $c " <<<"$out" || fail "--help does not list $c"
+  "$LUNGATE" "$c" --help | grep -q "^Usage: lungate $c" \
+    || fail "$c --help has no usage line"
+  "$LUNGATE" "$c" --help | grep -q -- "--password-file" \
+    || fail "$c --help does not document the login options"
+done
+"$LUNGATE" --version | grep -Eq '^lungate [0-9]' || fail "--version: no version"
+"$LUNGATE" --version | grep -q '^libiscsi ' || fail "--version: no libiscsi"
+"$LUNGATE" --version | grep -q '^libsodium ' || fail "--version: no libsodium"
+
+expect_exit 2 "unknown command 'frobnicate'" "$LUNGATE" frobnicate
+expect_exit 2 "Usage:" "$LUNGATE"
+expect_exit 2 "unknown option|unrecognized option" "$LUNGATE" info --nope iscsi://h/iqn.a:b/1
+expect_exit 2 "expected one LUN URL" "$LUNGATE" info
+expect_exit 2 "expected one portal URL" "$LUNGATE" discover
+expect_fail_with "--header-digest: 'md5'" \
+  "$LUNGATE" info --header-digest md5 iscsi://h/iqn.a:b/1
+expect_fail_with "--connect-timeout: 'abc'" \
+  "$LUNGATE" info --connect-timeout abc iscsi://h/iqn.a:b/1
+expect_fail_with "needs both a user" \
+  "$LUNGATE" info --user alice iscsi://h/iqn.a:b/1
+pw=$(secret_file abcdefabcdef)
+expect_fail_with "needs one-way CHAP" \
+  "$LUNGATE" info --target-user t --target-password-file "$pw" \
+  iscsi://h/iqn.a:b/1
+expect_fail_with "/nonexistent/pw: No such file" \
+  "$LUNGATE" info --user a --password-file /nonexistent/pw iscsi://h/iqn.a:b/1
+echo "test-usage: ok"
