@@ -217,11 +217,16 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
       lg_debug ("%s: LUN %d: unit attention (%s), reissuing",
                 s->target, cmd->lun, scsi_sense_ascq_str (cmd->sense.ascq));
       /* Reissue the same task: libiscsi reassigns ITT and CmdSN; a
-       * CHECK CONDITION carried no data. */
+       * CHECK CONDITION carried no data, only sense. */
       cmd->task->status = 0;
       cmd->task->residual = 0;
       cmd->task->residual_status = SCSI_RESIDUAL_NO_RESIDUAL;
       memset (&cmd->task->sense, 0, sizeof cmd->task->sense);
+      /* libiscsi left the sense bytes in datain (freed, as by
+       * scsi_free_scsi_task, with free). */
+      free (cmd->task->datain.data);
+      cmd->task->datain.data = NULL;
+      cmd->task->datain.size = 0;
       issue (s, cmd);
       return;
     }
