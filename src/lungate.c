@@ -94,9 +94,9 @@ main (int argc, char **argv)
       return LG_EXIT_USAGE;
     }
   }
-  lg_log_set_level (verbose < 0 ? LG_LOG_ERROR
-                    : verbose == 0 ? LG_LOG_INFO
-                    : LG_LOG_DEBUG);
+  lg_log_set_level (verbose < 0        ? LG_LOG_ERROR
+                        : verbose == 0 ? LG_LOG_INFO
+                                       : LG_LOG_DEBUG);
   if (optind >= argc) {
     usage (stderr);
     return LG_EXIT_USAGE;
@@ -105,7 +105,7 @@ main (int argc, char **argv)
     if (strcmp (argv[optind], commands[i].name) == 0) {
       argv += optind;
       argc -= optind;
-      optind = 0;   /* glibc: reinitialise getopt for the subcommand */
+      optind = 0; /* glibc: reinitialise getopt for the subcommand */
       return commands[i].fn (argc, argv);
     }
   fprintf (stderr, "lungate: unknown command '%s'\nTry 'lungate --help'.\n",

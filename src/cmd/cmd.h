@@ -38,20 +38,23 @@ enum {
   OPT_LOGIN_LAST,
 };
 
-#define LG_LOGIN_OPTIONS \
-  { "user", required_argument, NULL, OPT_USER }, \
-  { "password-file", required_argument, NULL, OPT_PASSWORD_FILE }, \
-  { "password-fd", required_argument, NULL, OPT_PASSWORD_FD }, \
-  { "password-prompt", no_argument, NULL, OPT_PASSWORD_PROMPT }, \
-  { "target-user", required_argument, NULL, OPT_TARGET_USER }, \
-  { "target-password-file", required_argument, NULL, \
-    OPT_TARGET_PASSWORD_FILE }, \
-  { "target-password-fd", required_argument, NULL, OPT_TARGET_PASSWORD_FD }, \
-  { "target-password-prompt", no_argument, NULL, \
-    OPT_TARGET_PASSWORD_PROMPT }, \
-  { "initiator-name", required_argument, NULL, OPT_INITIATOR_NAME }, \
-  { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST }, \
-  { "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT }
+#define LG_LOGIN_OPTIONS                                                       \
+  { "user", required_argument, NULL, OPT_USER },                               \
+      { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },         \
+      { "password-fd", required_argument, NULL, OPT_PASSWORD_FD },             \
+      { "password-prompt", no_argument, NULL, OPT_PASSWORD_PROMPT },           \
+      { "target-user", required_argument, NULL, OPT_TARGET_USER },             \
+      { "target-password-file", required_argument, NULL,                       \
+        OPT_TARGET_PASSWORD_FILE },                                            \
+      { "target-password-fd", required_argument, NULL,                         \
+        OPT_TARGET_PASSWORD_FD },                                              \
+      { "target-password-prompt", no_argument, NULL,                           \
+        OPT_TARGET_PASSWORD_PROMPT },                                          \
+      { "initiator-name", required_argument, NULL, OPT_INITIATOR_NAME },       \
+      { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST },         \
+  {                                                                            \
+    "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT            \
+  }
 
 extern const char lg_login_help[];
 
@@ -65,6 +68,6 @@ int lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l);
 
 /* Prints "Usage: ..." for a bad invocation and returns LG_EXIT_USAGE. */
 int lg_usage_error (const char *cmd, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
+    __attribute__ ((format (printf, 2, 3)));
 
 #endif

@@ -16,17 +16,19 @@
 #include "util/fmt.h"
 #include "util/log.h"
 
-static const char usage[] =
-  "Usage: lungate discover [OPTIONS] iscsi://HOST[:PORT][/TARGET-IQN]\n"
-  "\n"
-  "List the targets a portal offers (SendTargets discovery) and, for each,\n"
-  "its LUNs with their type, size and block size.  A target URL lists that\n"
-  "target only.\n"
-  "\n"
-  "Options:\n"
-  "  --json                       one JSON object on standard output\n"
-  "  -h, --help                   this help\n"
-  "\n";
+static const char usage[]
+    = "Usage: lungate discover [OPTIONS] iscsi://HOST[:PORT][/TARGET-IQN]\n"
+      "\n"
+      "List the targets a portal offers (SendTargets discovery) and, for "
+      "each,\n"
+      "its LUNs with their type, size and block size.  A target URL lists "
+      "that\n"
+      "target only.\n"
+      "\n"
+      "Options:\n"
+      "  --json                       one JSON object on standard output\n"
+      "  -h, --help                   this help\n"
+      "\n";
 
 static void
 print_lun_text (const struct lg_lun_info *li)
@@ -54,7 +56,8 @@ print_lun_json (const struct lg_lun_info *li, bool first)
   lg_json_string (stdout, li->product);
   if (li->is_disk && !li->no_medium)
     printf (", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
-            ", \"block_size\": %u", li->size, li->nblocks, li->block_size);
+            ", \"block_size\": %u",
+            li->size, li->nblocks, li->block_size);
   printf ("}");
 }
 
@@ -112,7 +115,7 @@ list_target (const struct lg_login *login, const char *portal,
     first = false;
   }
 
- out:
+out:
   if (json)
     printf ("]}");
   free (luns);
@@ -167,7 +170,8 @@ lg_cmd_discover (int argc, char **argv)
     goto out;
   if (u.kind == LG_URL_LUN) {
     lg_error ("discover takes a portal or target URL, not a LUN: use "
-              "'lungate info %s'", argv[optind]);
+              "'lungate info %s'",
+              argv[optind]);
     goto out;
   }
 
@@ -209,13 +213,12 @@ lg_cmd_discover (int argc, char **argv)
       lg_error ("%s: target %s: target not found by discovery", u.portal,
                 u.target);
     else
-      lg_error ("%s: the portal offers no targets to this initiator",
-                u.portal);
+      lg_error ("%s: the portal offers no targets to this initiator", u.portal);
     status = LG_EXIT_FAIL;
   }
   lg_target_list_free (cmd.targets);
 
- out:
+out:
   lg_url_clear (&u);
   lg_login_clear (&login);
   return status;

@@ -13,25 +13,24 @@
 #include "util/fmt.h"
 #include "util/log.h"
 
-static const char usage[] =
-  "Usage: lungate info [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
-  "\n"
-  "Show a LUN's identity (INQUIRY), geometry (READ CAPACITY 16, Block\n"
-  "Limits VPD), thin provisioning, write protection and the commands\n"
-  "lungate will use on it.\n"
-  "\n"
-  "Options:\n"
-  "  --json                       one JSON object on standard output\n"
-  "  -h, --help                   this help\n"
-  "\n";
+static const char usage[]
+    = "Usage: lungate info [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+      "\n"
+      "Show a LUN's identity (INQUIRY), geometry (READ CAPACITY 16, Block\n"
+      "Limits VPD), thin provisioning, write protection and the commands\n"
+      "lungate will use on it.\n"
+      "\n"
+      "Options:\n"
+      "  --json                       one JSON object on standard output\n"
+      "  -h, --help                   this help\n"
+      "\n";
 
 /* The commands lungate uses, and whether the LUN says it has them. */
 static void
 supports (const struct lg_lun_info *li, char *buf, size_t len)
 {
   snprintf (buf, len, "read16 write16 sync-cache16%s%s%s",
-            li->lbpu ? " unmap" : "",
-            li->lbpws ? " write-same16-unmap" : "",
+            li->lbpu ? " unmap" : "", li->lbpws ? " write-same16-unmap" : "",
             li->lbpme ? " get-lba-status" : "");
 }
 
@@ -75,8 +74,8 @@ print_text (const char *url, const struct lg_lun_info *li)
   printf ("optimal-transfer-length: %u blocks\n", li->opt_xfer_blocks);
   printf ("optimal-transfer-granularity: %u blocks\n", li->opt_gran_blocks);
   printf ("thin-provisioning: lbpme=%d lbprz=%d lbpu=%d lbpws=%d "
-          "lbpws10=%d\n", li->lbpme, li->lbprz, li->lbpu, li->lbpws,
-          li->lbpws10);
+          "lbpws10=%d\n",
+          li->lbpme, li->lbprz, li->lbpu, li->lbpws, li->lbpws10);
   if (li->lbpu)
     printf ("max-unmap: %u blocks, %u descriptors\n", li->max_unmap_blocks,
             li->max_unmap_desc);
@@ -164,7 +163,8 @@ lg_cmd_info (int argc, char **argv)
     goto out;
   if (u.kind != LG_URL_LUN) {
     lg_error ("invalid URL '%s': info needs a LUN URL "
-              "(iscsi://HOST[:PORT]/TARGET-IQN/LUN)", argv[optind]);
+              "(iscsi://HOST[:PORT]/TARGET-IQN/LUN)",
+              argv[optind]);
     goto out;
   }
   lg_url_format (&u, url, sizeof url);
@@ -184,7 +184,7 @@ lg_cmd_info (int argc, char **argv)
     print_text (url, &li);
   status = LG_EXIT_OK;
 
- out:
+out:
   lg_pool_close (p);
   lg_url_clear (&u);
   lg_login_clear (&login);

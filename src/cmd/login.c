@@ -13,22 +13,22 @@
 #include "util/log.h"
 #include "util/secret.h"
 
-const char lg_login_help[] =
-  "Login options:\n"
-  "  --user USER                  CHAP user name\n"
-  "  --password-file FILE         CHAP secret from the first line of FILE\n"
-  "                               ('-' reads standard input)\n"
-  "  --password-fd N              CHAP secret from file descriptor N\n"
-  "  --password-prompt            prompt for the CHAP secret\n"
-  "  --target-user USER           mutual CHAP: the target's user name\n"
-  "  --target-password-file FILE  mutual CHAP: the target's secret\n"
-  "  --target-password-fd N       ... from file descriptor N\n"
-  "  --target-password-prompt     ... from a prompt\n"
-  "  --initiator-name IQN         initiator name (default\n"
-  "                               iqn.2026-11.org.lungate:HOSTNAME)\n"
-  "  --header-digest none|crc32c  header digest (default none)\n"
-  "  --connect-timeout SECONDS    give up connecting and logging in after\n"
-  "                               SECONDS (default 10)\n";
+const char lg_login_help[]
+    = "Login options:\n"
+      "  --user USER                  CHAP user name\n"
+      "  --password-file FILE         CHAP secret from the first line of FILE\n"
+      "                               ('-' reads standard input)\n"
+      "  --password-fd N              CHAP secret from file descriptor N\n"
+      "  --password-prompt            prompt for the CHAP secret\n"
+      "  --target-user USER           mutual CHAP: the target's user name\n"
+      "  --target-password-file FILE  mutual CHAP: the target's secret\n"
+      "  --target-password-fd N       ... from file descriptor N\n"
+      "  --target-password-prompt     ... from a prompt\n"
+      "  --initiator-name IQN         initiator name (default\n"
+      "                               iqn.2026-11.org.lungate:HOSTNAME)\n"
+      "  --header-digest none|crc32c  header digest (default none)\n"
+      "  --connect-timeout SECONDS    give up connecting and logging in after\n"
+      "                               SECONDS (default 10)\n";
 
 int
 lg_usage_error (const char *cmd, const char *fmt, ...)
@@ -52,8 +52,7 @@ parse_int (const char *opt, const char *arg, long min, long max, long *out)
   errno = 0;
   v = strtol (arg, &end, 10);
   if (errno || end == arg || *end != '\0' || v < min || v > max) {
-    lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min,
-              max);
+    lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min, max);
     return -1;
   }
   *out = v;
@@ -111,7 +110,8 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
     if (strncmp (arg, "iqn.", 4) != 0 && strncmp (arg, "eui.", 4) != 0
         && strncmp (arg, "naa.", 4) != 0) {
       lg_error ("--initiator-name: '%s' is not an iSCSI name (iqn., eui. "
-                "or naa.)", arg);
+                "or naa.)",
+                arg);
       return -1;
     }
     return set_string (&l->initiator_name, arg);

@@ -14,7 +14,8 @@ check_range (struct lg_dev *d, const char *op, uint64_t count, uint64_t off)
 {
   if (off > d->size || count > d->size - off) {
     lg_error ("%s: %s: range %" PRIu64 "+%" PRIu64 " is beyond the end "
-              "(%" PRIu64 " bytes)", d->name, op, off, count, d->size);
+              "(%" PRIu64 " bytes)",
+              d->name, op, off, count, d->size);
     errno = EINVAL;
     return -1;
   }
@@ -43,8 +44,8 @@ lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 }
 
 int
-lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count,
-               uint64_t off, unsigned flags)
+lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
+               unsigned flags)
 {
   if (check_writable (d, "write") < 0
       || check_range (d, "write", count, off) < 0)
@@ -65,8 +66,7 @@ lg_dev_flush (struct lg_dev *d)
 int
 lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
-  if (check_writable (d, "trim") < 0
-      || check_range (d, "trim", count, off) < 0)
+  if (check_writable (d, "trim") < 0 || check_range (d, "trim", count, off) < 0)
     return -1;
   if (count == 0)
     return 0;
@@ -79,8 +79,7 @@ lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 int
 lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
-  if (check_writable (d, "zero") < 0
-      || check_range (d, "zero", count, off) < 0)
+  if (check_writable (d, "zero") < 0 || check_range (d, "zero", count, off) < 0)
     return -1;
   if (count == 0)
     return 0;

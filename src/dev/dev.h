@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_FUA       0x01   /* pwrite, zero, trim: durable on return */
-#define LG_MAY_TRIM  0x02   /* zero: may deallocate */
-#define LG_FAST_ZERO 0x04   /* zero: fail with ENOTSUP unless fast */
+#define LG_FUA 0x01       /* pwrite, zero, trim: durable on return */
+#define LG_MAY_TRIM 0x02  /* zero: may deallocate */
+#define LG_FAST_ZERO 0x04 /* zero: fail with ENOTSUP unless fast */
 
 struct lg_dev;
 
@@ -25,13 +25,11 @@ typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
 struct lg_dev_ops {
   const char *name;
   int (*pread) (struct lg_dev *d, void *buf, size_t count, uint64_t off);
-  int (*pwrite) (struct lg_dev *d, const void *buf, size_t count,
-                 uint64_t off, unsigned flags);
+  int (*pwrite) (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
+                 unsigned flags);
   int (*flush) (struct lg_dev *d);
-  int (*trim) (struct lg_dev *d, uint64_t count, uint64_t off,
-               unsigned flags);
-  int (*zero) (struct lg_dev *d, uint64_t count, uint64_t off,
-               unsigned flags);
+  int (*trim) (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
+  int (*zero) (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
   int (*extents) (struct lg_dev *d, uint64_t count, uint64_t off,
                   lg_extent_fn *fn, void *opaque);
   void (*close) (struct lg_dev *d);
@@ -39,14 +37,14 @@ struct lg_dev_ops {
 
 struct lg_dev {
   const struct lg_dev_ops *ops;
-  char name[300];            /* for messages: "TARGET/LUN" */
-  uint64_t size;             /* bytes */
-  uint32_t block_size;       /* smallest write that needs no RMW */
-  uint32_t pref_block_size;  /* preferred I/O granularity */
-  uint32_t max_io;           /* largest efficient request, bytes */
+  char name[300];           /* for messages: "TARGET/LUN" */
+  uint64_t size;            /* bytes */
+  uint32_t block_size;      /* smallest write that needs no RMW */
+  uint32_t pref_block_size; /* preferred I/O granularity */
+  uint32_t max_io;          /* largest efficient request, bytes */
   bool read_only;
   bool can_trim;
-  bool can_zero;             /* a native zeroing command exists */
+  bool can_zero; /* a native zeroing command exists */
   bool can_extents;
   bool can_fua;
 };

@@ -39,11 +39,11 @@ struct idev {
   int lun;
   struct lg_lun_info info;
   uint32_t bs;
-  uint32_t max_blocks;          /* per READ/WRITE command */
+  uint32_t max_blocks; /* per READ/WRITE command */
   uint32_t max_ws_blocks;
   bool dpofua;
-  atomic_bool no_write_same;    /* learned: the LUN rejects WRITE SAME */
-  atomic_bool no_lba_status;    /* learned: the LUN rejects GET LBA STATUS */
+  atomic_bool no_write_same; /* learned: the LUN rejects WRITE SAME */
+  atomic_bool no_lba_status; /* learned: the LUN rejects GET LBA STATUS */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
 
@@ -103,8 +103,8 @@ rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
     cmds[i].iov.iov_base = buf + i * (uint64_t) x->max_blocks * x->bs;
     cmds[i].iov.iov_len = bytes;
     cmds[i].task = write
-      ? scsi_cdb_write16 (first, bytes, (int) x->bs, 0, 0, fua, 0, 0)
-      : scsi_cdb_read16 (first, bytes, (int) x->bs, 0, 0, 0, 0, 0);
+        ? scsi_cdb_write16 (first, bytes, (int) x->bs, 0, 0, fua, 0, 0)
+        : scsi_cdb_read16 (first, bytes, (int) x->bs, 0, 0, 0, 0, 0);
     if (cmds[i].task == NULL) {
       cmds[i].status = SCSI_STATUS_ERROR;
       snprintf (cmds[i].msg, sizeof cmds[i].msg, "out of memory");
@@ -121,9 +121,11 @@ rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
   lg_waiter_destroy (&w);
 
   for (uint64_t i = 0; i < n; i++) {
-    if (r == 0 && (cmds[i].task == NULL
-                   || lg_scsi_errno (cmds[i].status, cmds[i].sense.key,
-                                     cmds[i].sense.ascq) != 0)) {
+    if (r == 0
+        && (cmds[i].task == NULL
+            || lg_scsi_errno (cmds[i].status, cmds[i].sense.key,
+                              cmds[i].sense.ascq)
+                != 0)) {
       uint64_t first = lba + i * x->max_blocks;
       uint64_t cnt = nblocks - i * x->max_blocks;
 
@@ -206,7 +208,7 @@ idev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   free (bounce);
   return r;
 
- err:
+err:
   r = errno;
   free (bounce);
   errno = r;
@@ -276,8 +278,8 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
 static int
 unmap_blocks (struct idev *x, uint64_t lba, uint64_t nblocks)
 {
-  uint32_t per_desc = x->info.max_unmap_blocks ? x->info.max_unmap_blocks
-    : UINT32_MAX;
+  uint32_t per_desc
+      = x->info.max_unmap_blocks ? x->info.max_unmap_blocks : UINT32_MAX;
   uint32_t max_desc = x->info.max_unmap_desc ? x->info.max_unmap_desc : 64;
 
   if (max_desc > 64)
@@ -343,8 +345,7 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 /* WRITE SAME(16) of a zero block over whole blocks, deallocating when
  * unmap is set. */
 static int
-write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks,
-                   bool unmap)
+write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks, bool unmap)
 {
   uint8_t *zero = calloc (1, x->bs);
 
@@ -358,8 +359,8 @@ write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks,
     memset (&cmd, 0, sizeof cmd);
     cmd.kind = LG_CMD_SCSI;
     cmd.lun = x->lun;
-    cmd.task = scsi_cdb_writesame16 (0, 0, unmap, lba, 0, (uint32_t) cnt,
-                                     x->bs);
+    cmd.task
+        = scsi_cdb_writesame16 (0, 0, unmap, lba, 0, (uint32_t) cnt, x->bs);
     if (cmd.task == NULL) {
       free (zero);
       return -1;
@@ -444,8 +445,7 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     return write_zeroes (x, count, off, flags);
 
   /* Unaligned edges by writes, the whole blocks by WRITE SAME. */
-  if (off < first * x->bs
-      && write_zeroes (x, first * x->bs - off, off, 0) < 0)
+  if (off < first * x->bs && write_zeroes (x, first * x->bs - off, off, 0) < 0)
     return -1;
   if (write_same_blocks (x, first, end - first, unmap) < 0) {
     if (errno != ENOTSUP || (flags & LG_FAST_ZERO))
@@ -460,8 +460,8 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 }
 
 static int
-idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
-              lg_extent_fn *fn, void *opaque)
+idev_extents (struct lg_dev *d, uint64_t count, uint64_t off, lg_extent_fn *fn,
+              void *opaque)
 {
   struct idev *x = to_idev (d);
   uint64_t lba = off / x->bs;
@@ -483,8 +483,8 @@ idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
 
       scsi_free_scsi_task (task);
       if (err == EINVAL || err == ENOTSUP) {
-        lg_debug ("%s: GET LBA STATUS refused (%s): reporting data",
-                  d->name, msg);
+        lg_debug ("%s: GET LBA STATUS refused (%s): reporting data", d->name,
+                  msg);
         atomic_store (&x->no_lba_status, true);
         return fn (opaque, lba * x->bs, end * x->bs - lba * x->bs, false);
       }
@@ -505,7 +505,8 @@ idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
       if (b > end)
         b = end;
       if (fn (opaque, a * x->bs, (b - a) * x->bs,
-              ds->provisioning != SCSI_PROVISIONING_TYPE_MAPPED) < 0) {
+              ds->provisioning != SCSI_PROVISIONING_TYPE_MAPPED)
+          < 0) {
         scsi_free_scsi_task (task);
         return 0;
       }
@@ -547,8 +548,8 @@ static const struct lg_dev_ops idev_ops = {
 };
 
 struct lg_dev *
-lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun,
-                   bool read_only, char *err, size_t errlen)
+lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
+                   char *err, size_t errlen)
 {
   struct idev *x = calloc (1, sizeof *x);
   const struct lg_lun_info *li;
@@ -562,14 +563,13 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun,
     goto err;
   li = &x->info;
   if (!li->is_disk) {
-    snprintf (err, errlen, "%s: LUN %d is a %s, not a disk",
-              lg_pool_target (p), lun, li->type_name);
+    snprintf (err, errlen, "%s: LUN %d is a %s, not a disk", lg_pool_target (p),
+              lun, li->type_name);
     errno = ENOTSUP;
     goto err;
   }
   if (li->no_medium || li->block_size == 0) {
-    snprintf (err, errlen, "%s: LUN %d has no medium", lg_pool_target (p),
-              lun);
+    snprintf (err, errlen, "%s: LUN %d has no medium", lg_pool_target (p), lun);
     errno = ESHUTDOWN;
     goto err;
   }
@@ -577,28 +577,28 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun,
   x->owns_pool = owns_pool;
   x->lun = lun;
   x->bs = li->block_size;
-  max_bytes = li->max_xfer_blocks
-    ? (uint64_t) li->max_xfer_blocks * x->bs : DEFAULT_MAX_XFER;
+  max_bytes = li->max_xfer_blocks ? (uint64_t) li->max_xfer_blocks * x->bs
+                                  : DEFAULT_MAX_XFER;
   if (max_bytes > DEFAULT_MAX_XFER * 4)
     max_bytes = DEFAULT_MAX_XFER * 4;
   if (max_bytes < x->bs)
     max_bytes = x->bs;
   x->max_blocks = (uint32_t) (max_bytes / x->bs);
   x->max_ws_blocks = li->max_ws_blocks && li->max_ws_blocks < UINT32_MAX
-    ? (uint32_t) li->max_ws_blocks : DEFAULT_MAX_WS_BLOCKS;
+      ? (uint32_t) li->max_ws_blocks
+      : DEFAULT_MAX_WS_BLOCKS;
   /* XXX: DPOFUA from MODE SENSE; until probed, FUA is emulated by a
    * SYNCHRONIZE CACHE after the write, which is always correct. */
   x->dpofua = false;
   for (int i = 0; i < RMW_STRIPES; i++)
     pthread_mutex_init (&x->rmw[i], NULL);
 
-  snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p),
-            lun);
+  snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
   x->dev.ops = &idev_ops;
   x->dev.size = li->size;
   x->dev.block_size = x->bs;
-  x->dev.pref_block_size = li->phys_block_size > x->bs
-    ? li->phys_block_size : x->bs;
+  x->dev.pref_block_size
+      = li->phys_block_size > x->bs ? li->phys_block_size : x->bs;
   if (li->opt_gran_blocks > 0
       && (uint64_t) li->opt_gran_blocks * x->bs <= (1u << 20))
     x->dev.pref_block_size = li->opt_gran_blocks * x->bs;
@@ -609,17 +609,15 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun,
   x->dev.can_extents = li->lbpme;
   x->dev.can_fua = true;
   if (li->write_protected && !read_only)
-    lg_info ("%s: the LUN is write-protected: opened read-only",
-             x->dev.name);
+    lg_info ("%s: the LUN is write-protected: opened read-only", x->dev.name);
   return &x->dev;
 
- err:
-  {
-    int saved = errno;
+err : {
+  int saved = errno;
 
-    free (x);
-    errno = saved;
-  }
+  free (x);
+  errno = saved;
+}
   return NULL;
 }
 

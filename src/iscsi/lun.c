@@ -16,17 +16,28 @@ static const char *
 type_name (int t)
 {
   switch (t) {
-  case 0x00: return "disk";
-  case 0x01: return "tape";
-  case 0x03: return "processor";
-  case 0x05: return "cd/dvd";
-  case 0x07: return "optical";
-  case 0x08: return "changer";
-  case 0x0c: return "controller";
-  case 0x0d: return "enclosure";
-  case 0x0e: return "rbc";
-  case 0x1e: return "well-known";
-  default: return "other";
+  case 0x00:
+    return "disk";
+  case 0x01:
+    return "tape";
+  case 0x03:
+    return "processor";
+  case 0x05:
+    return "cd/dvd";
+  case 0x07:
+    return "optical";
+  case 0x08:
+    return "changer";
+  case 0x0c:
+    return "controller";
+  case 0x0d:
+    return "enclosure";
+  case 0x0e:
+    return "rbc";
+  case 0x1e:
+    return "well-known";
+  default:
+    return "other";
   }
 }
 
@@ -62,8 +73,7 @@ run (struct lg_pool *p, int lun, struct scsi_task *task, const char *what,
   if (lg_pool_task (p, lun, task, msg, sizeof msg) < 0) {
     int saved = errno;
 
-    snprintf (err, errlen, "%s/%d: %s: %s", lg_pool_target (p), lun, what,
-              msg);
+    snprintf (err, errlen, "%s/%d: %s: %s", lg_pool_target (p), lun, what, msg);
     errno = saved;
     return NULL;
   }
@@ -86,8 +96,8 @@ not_found (struct lg_pool *p, int lun, char *err, size_t errlen)
 }
 
 int
-lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
-              char *err, size_t errlen)
+lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
+              size_t errlen)
 {
   struct scsi_task *task;
   struct scsi_inquiry_standard *inq;
@@ -101,7 +111,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
   task = scsi_cdb_inquiry (0, 0, 255);
   inq = run (p, lun, task, "INQUIRY", err, errlen);
   if (inq == NULL) {
-    if (errno == ESHUTDOWN)   /* LOGICAL UNIT NOT SUPPORTED */
+    if (errno == ESHUTDOWN) /* LOGICAL UNIT NOT SUPPORTED */
       r = not_found (p, lun, err, errlen);
     goto out;
   }
@@ -114,8 +124,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
   info->type_name = type_name (inq->device_type);
   info->removable = inq->rmb != 0;
   copy_trim (info->vendor, sizeof info->vendor, inq->vendor_identification);
-  copy_trim (info->product, sizeof info->product,
-             inq->product_identification);
+  copy_trim (info->product, sizeof info->product, inq->product_identification);
   copy_trim (info->revision, sizeof info->revision,
              inq->product_revision_level);
   /* inq lives in the task's memory: nothing of it is used past here. */
@@ -134,14 +143,13 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
     struct scsi_inquiry_supported_pages *sp;
     char ignore[256];
 
-    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES,
-                             255);
+    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES, 255);
     sp = run (p, lun, task, "INQUIRY VPD 0x00", ignore, sizeof ignore);
     if (sp) {
       for (int i = 0; i < sp->num_pages && i < 255; i++) {
         has_b0 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS;
-        has_b2 |= sp->pages[i]
-          == SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING;
+        has_b2
+            |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING;
       }
     }
     scsi_free_scsi_task (task);
@@ -160,8 +168,10 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
   }
   if (rc->block_length < 512 || rc->block_length > 65536
       || (rc->block_length & (rc->block_length - 1)) != 0) {
-    snprintf (err, errlen, "%s/%d: READ CAPACITY(16): unsupported logical "
-              "block size %u", lg_pool_target (p), lun, rc->block_length);
+    snprintf (err, errlen,
+              "%s/%d: READ CAPACITY(16): unsupported logical "
+              "block size %u",
+              lg_pool_target (p), lun, rc->block_length);
     errno = ENOTSUP;
     goto out;
   }
@@ -175,8 +185,8 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
   info->block_size = rc->block_length;
   info->nblocks = rc->returned_lba + 1;
   info->size = info->nblocks * info->block_size;
-  info->phys_block_size = rc->lbppbe < 16
-    ? info->block_size << rc->lbppbe : info->block_size;
+  info->phys_block_size
+      = rc->lbppbe < 16 ? info->block_size << rc->lbppbe : info->block_size;
   info->lbpme = rc->lbpme != 0;
   info->lbprz = rc->lbprz != 0;
   scsi_free_scsi_task (task);
@@ -205,9 +215,8 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
     struct scsi_inquiry_logical_block_provisioning *lbp;
     char ignore[256];
 
-    task = scsi_cdb_inquiry (1,
-                             SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING,
-                             255);
+    task = scsi_cdb_inquiry (
+        1, SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
     lbp = run (p, lun, task, "INQUIRY VPD 0xB2", ignore, sizeof ignore);
     if (lbp) {
       info->has_lbp = true;
@@ -236,7 +245,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
   }
   r = 0;
 
- out:
+out:
   scsi_free_scsi_task (task);
   return r;
 }
@@ -265,7 +274,7 @@ lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
   }
   r = 0;
 
- out:
+out:
   scsi_free_scsi_task (task);
   return r;
 }

@@ -14,7 +14,7 @@
 struct lg_lun_info {
   int lun;
   int device_type;
-  const char *type_name;       /* static string */
+  const char *type_name; /* static string */
   bool removable;
   char vendor[9];
   char product[17];
@@ -22,15 +22,15 @@ struct lg_lun_info {
 
   /* Direct-access (disk) LUNs only. */
   bool is_disk;
-  bool no_medium;              /* NOT READY / medium not present */
+  bool no_medium; /* NOT READY / medium not present */
   uint64_t nblocks;
-  uint32_t block_size;         /* logical */
+  uint32_t block_size; /* logical */
   uint32_t phys_block_size;
-  uint64_t size;               /* bytes */
-  bool lbpme, lbprz;           /* READ CAPACITY(16) provisioning bits */
+  uint64_t size;     /* bytes */
+  bool lbpme, lbprz; /* READ CAPACITY(16) provisioning bits */
 
-  bool has_block_limits;       /* VPD 0xB0 */
-  uint32_t max_xfer_blocks;    /* 0 = no limit reported */
+  bool has_block_limits;    /* VPD 0xB0 */
+  uint32_t max_xfer_blocks; /* 0 = no limit reported */
   uint32_t opt_xfer_blocks;
   uint32_t opt_gran_blocks;
   uint32_t max_unmap_blocks;
@@ -38,11 +38,11 @@ struct lg_lun_info {
   uint32_t opt_unmap_gran;
   uint64_t max_ws_blocks;
 
-  bool has_lbp;                /* VPD 0xB2 */
+  bool has_lbp; /* VPD 0xB2 */
   bool lbpu, lbpws, lbpws10, anc_sup;
-  int provisioning_type;       /* 0 none, 1 resource, 2 thin */
+  int provisioning_type; /* 0 none, 1 resource, 2 thin */
 
-  bool write_protected;        /* MODE SENSE WP bit */
+  bool write_protected; /* MODE SENSE WP bit */
 };
 
 /* Probes lun over the pool.  -1 with errno set and err filled: ENOENT
@@ -51,7 +51,7 @@ int lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info,
                   char *err, size_t errlen);
 
 /* REPORT LUNS: a malloc'd array of LUN numbers (flat addressing). */
-int lg_report_luns (struct lg_pool *p, int **luns, size_t *n,
-                    char *err, size_t errlen);
+int lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
+                    size_t errlen);
 
 #endif

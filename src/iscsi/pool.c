@@ -112,8 +112,8 @@ lg_pool_exec (struct lg_pool *p, struct lg_cmd *cmd)
 }
 
 int
-lg_pool_task (struct lg_pool *p, int lun, struct scsi_task *task,
-              char *msg, size_t len)
+lg_pool_task (struct lg_pool *p, int lun, struct scsi_task *task, char *msg,
+              size_t len)
 {
   struct lg_cmd cmd;
   int err;

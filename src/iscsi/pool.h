@@ -15,9 +15,9 @@ struct lg_pool;
 
 /* Opens n sessions to target at portal.  NULL with errno and err set when
  * any of them fails to log in. */
-struct lg_pool *lg_pool_open (const struct lg_login *login,
-                              const char *portal, const char *target,
-                              unsigned n, char *err, size_t errlen);
+struct lg_pool *lg_pool_open (const struct lg_login *login, const char *portal,
+                              const char *target, unsigned n, char *err,
+                              size_t errlen);
 void lg_pool_close (struct lg_pool *p);
 
 unsigned lg_pool_size (const struct lg_pool *p);
@@ -33,7 +33,7 @@ void lg_pool_exec (struct lg_pool *p, struct lg_cmd *cmd);
 /* Runs task (built with a scsi_cdb_* helper) on lun and waits; returns 0,
  * or -1 with errno set and the failure described in msg.  The task keeps
  * its data-in for scsi_datain_unmarshall; the caller frees it. */
-int lg_pool_task (struct lg_pool *p, int lun, struct scsi_task *task,
-                  char *msg, size_t len);
+int lg_pool_task (struct lg_pool *p, int lun, struct scsi_task *task, char *msg,
+                  size_t len);
 
 #endif

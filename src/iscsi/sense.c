@@ -21,7 +21,7 @@ static const struct {
   { SCSI_SENSE_ASCQ_WRITE_PROTECTED, EPERM },
   { SCSI_SENSE_ASCQ_HARDWARE_WRITE_PROTECTED, EPERM },
   { SCSI_SENSE_ASCQ_SOFTWARE_WRITE_PROTECTED, EPERM },
-  { 0x2707, ENOSPC },           /* space allocation failed write protect */
+  { 0x2707, ENOSPC }, /* space allocation failed write protect */
   { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT, ESHUTDOWN },
   { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT_TRAY_CLOSED, ESHUTDOWN },
   { SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT_TRAY_OPEN, ESHUTDOWN },
@@ -32,7 +32,7 @@ static const struct {
   int err;
 } key_table[] = {
   { SCSI_SENSE_NO_SENSE, EIO },
-  { SCSI_SENSE_RECOVERED_ERROR, 0 },   /* the command succeeded */
+  { SCSI_SENSE_RECOVERED_ERROR, 0 }, /* the command succeeded */
   { SCSI_SENSE_NOT_READY, EIO },
   { SCSI_SENSE_MEDIUM_ERROR, EIO },
   { SCSI_SENSE_HARDWARE_ERROR, EIO },
@@ -84,17 +84,28 @@ static const char *
 status_name (int status)
 {
   switch (status) {
-  case SCSI_STATUS_CHECK_CONDITION: return "CHECK CONDITION";
-  case SCSI_STATUS_BUSY: return "BUSY";
-  case SCSI_STATUS_RESERVATION_CONFLICT: return "RESERVATION CONFLICT";
-  case SCSI_STATUS_TASK_SET_FULL: return "TASK SET FULL";
-  case SCSI_STATUS_ACA_ACTIVE: return "ACA ACTIVE";
-  case SCSI_STATUS_TASK_ABORTED: return "TASK ABORTED";
-  case SCSI_STATUS_REDIRECT: return "REDIRECT";
-  case SCSI_STATUS_CANCELLED: return "cancelled";
-  case SCSI_STATUS_ERROR: return "transport error";
-  case SCSI_STATUS_TIMEOUT: return "timed out";
-  default: return "unknown status";
+  case SCSI_STATUS_CHECK_CONDITION:
+    return "CHECK CONDITION";
+  case SCSI_STATUS_BUSY:
+    return "BUSY";
+  case SCSI_STATUS_RESERVATION_CONFLICT:
+    return "RESERVATION CONFLICT";
+  case SCSI_STATUS_TASK_SET_FULL:
+    return "TASK SET FULL";
+  case SCSI_STATUS_ACA_ACTIVE:
+    return "ACA ACTIVE";
+  case SCSI_STATUS_TASK_ABORTED:
+    return "TASK ABORTED";
+  case SCSI_STATUS_REDIRECT:
+    return "REDIRECT";
+  case SCSI_STATUS_CANCELLED:
+    return "cancelled";
+  case SCSI_STATUS_ERROR:
+    return "transport error";
+  case SCSI_STATUS_TIMEOUT:
+    return "timed out";
+  default:
+    return "unknown status";
   }
 }
 
@@ -124,19 +135,33 @@ const char *
 lg_scsi_opname (unsigned char op)
 {
   switch (op) {
-  case 0x00: return "TEST UNIT READY";
-  case 0x12: return "INQUIRY";
-  case 0x1a: return "MODE SENSE(6)";
-  case 0x28: return "READ(10)";
-  case 0x2a: return "WRITE(10)";
-  case 0x35: return "SYNCHRONIZE CACHE(10)";
-  case 0x42: return "UNMAP";
-  case 0x88: return "READ(16)";
-  case 0x8a: return "WRITE(16)";
-  case 0x91: return "SYNCHRONIZE CACHE(16)";
-  case 0x93: return "WRITE SAME(16)";
-  case 0x9e: return "SERVICE ACTION IN(16)";
-  case 0xa0: return "REPORT LUNS";
-  default: return "SCSI command";
+  case 0x00:
+    return "TEST UNIT READY";
+  case 0x12:
+    return "INQUIRY";
+  case 0x1a:
+    return "MODE SENSE(6)";
+  case 0x28:
+    return "READ(10)";
+  case 0x2a:
+    return "WRITE(10)";
+  case 0x35:
+    return "SYNCHRONIZE CACHE(10)";
+  case 0x42:
+    return "UNMAP";
+  case 0x88:
+    return "READ(16)";
+  case 0x8a:
+    return "WRITE(16)";
+  case 0x91:
+    return "SYNCHRONIZE CACHE(16)";
+  case 0x93:
+    return "WRITE SAME(16)";
+  case 0x9e:
+    return "SERVICE ACTION IN(16)";
+  case 0xa0:
+    return "REPORT LUNS";
+  default:
+    return "SCSI command";
   }
 }

@@ -40,9 +40,9 @@ enum phase {
 };
 
 struct lg_session {
-  struct iscsi_context *ctx;   /* loop thread only, after open */
+  struct iscsi_context *ctx; /* loop thread only, after open */
   pthread_t thread;
-  int efd;                     /* eventfd: wakes the loop */
+  int efd; /* eventfd: wakes the loop */
   char portal[300];
   char target[256];
   char initiator[256];
@@ -50,16 +50,16 @@ struct lg_session {
 
   /* Open handshake: the loop thread reports the login result. */
   struct lg_waiter opened;
-  enum phase phase;            /* loop thread; read by open after wait */
+  enum phase phase; /* loop thread; read by open after wait */
   int open_errno;
   char open_err[256];
 
-  pthread_mutex_t lock;        /* protects queue, stopping */
+  pthread_mutex_t lock; /* protects queue, stopping */
   struct lg_cmd *queue_head, *queue_tail;
   bool stopping;
 
-  atomic_uint load;            /* submitted and not completed */
-  bool dead;                   /* loop thread: connection lost */
+  atomic_uint load; /* submitted and not completed */
+  bool dead;        /* loop thread: connection lost */
   char dead_msg[160];
 };
 
@@ -184,7 +184,7 @@ copy_targets (const struct iscsi_discovery_address *da)
   }
   return l;
 
- err:
+err:
   lg_target_list_free (l);
   return NULL;
 }
@@ -214,8 +214,8 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
     cmd->sense = cmd->task->sense;
     if (cmd->sense.key == SCSI_SENSE_UNIT_ATTENTION
         && cmd->retries++ < UA_RETRIES && !s->dead) {
-      lg_debug ("%s: LUN %d: unit attention (%s), reissuing",
-                s->target, cmd->lun, scsi_sense_ascq_str (cmd->sense.ascq));
+      lg_debug ("%s: LUN %d: unit attention (%s), reissuing", s->target,
+                cmd->lun, scsi_sense_ascq_str (cmd->sense.ascq));
       /* Reissue the same task: libiscsi reassigns ITT and CmdSN; a
        * CHECK CONDITION carried no data, only sense. */
       cmd->task->status = 0;
@@ -281,8 +281,8 @@ issue (struct lg_session *s, struct lg_cmd *cmd)
       else
         scsi_task_set_iov_in (cmd->task, &cmd->iov, 1);
     }
-    r = iscsi_scsi_command_async (s->ctx, cmd->lun, cmd->task, scsi_cb,
-                                  NULL, cmd);
+    r = iscsi_scsi_command_async (s->ctx, cmd->lun, cmd->task, scsi_cb, NULL,
+                                  cmd);
     break;
   case LG_CMD_DISCOVERY:
     r = iscsi_discovery_async (s->ctx, discovery_cb, cmd);
@@ -311,7 +311,8 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: mutual CHAP authentication failed: the target did "
               "not prove it knows the target secret (wrong --target-user or "
-              "target secret?)", s->portal, t);
+              "target secret?)",
+              s->portal, t);
   }
   else if (code == 0x0201) {
     s->open_errno = EACCES;
@@ -323,7 +324,8 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
     s->open_errno = EPERM;
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: not authorized: the target's ACL does not allow "
-              "this initiator", s->portal, t);
+              "this initiator",
+              s->portal, t);
   }
   else if (code == 0x0203 || code == 0x0204) {
     /* Targets (tgt among them) answer an initiator their ACL refuses as
@@ -331,7 +333,8 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
     s->open_errno = ENOENT;
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: target not found, or not authorized: its ACL does "
-              "not admit initiator %s", s->portal, t, s->initiator);
+              "not admit initiator %s",
+              s->portal, t, s->initiator);
   }
   else if (strstr (libmsg, "refused")) {
     s->open_errno = ECONNREFUSED;
@@ -340,8 +343,8 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
   }
   else {
     s->open_errno = strstr (what, "connect") ? ECONNREFUSED : EIO;
-    snprintf (s->open_err, sizeof s->open_err, "%s: %s: %s: %s",
-              s->portal, t, what, libmsg);
+    snprintf (s->open_err, sizeof s->open_err, "%s: %s: %s: %s", s->portal, t,
+              what, libmsg);
   }
 }
 
@@ -431,10 +434,11 @@ connect_and_login (struct lg_session *s)
     int64_t left = deadline - now_ms ();
 
     if (left <= 0) {
-      snprintf (s->open_err, sizeof s->open_err,
-                "%s: %s: timed out after %d s", s->portal,
+      snprintf (s->open_err, sizeof s->open_err, "%s: %s: timed out after %d s",
+                s->portal,
                 s->phase == PHASE_CONNECTING ? "cannot connect"
-                : "no answer to login", s->connect_timeout);
+                                             : "no answer to login",
+                s->connect_timeout);
       s->phase = PHASE_FAILED;
       s->open_errno = ETIMEDOUT;
       return -1;
@@ -455,7 +459,9 @@ logout_cb (struct iscsi_context *ctx, int status, void *command_data,
 {
   struct lg_session *s = private_data;
 
-  (void) ctx; (void) status; (void) command_data;
+  (void) ctx;
+  (void) status;
+  (void) command_data;
   s->phase = PHASE_LOGGED_OUT;
 }
 
@@ -535,7 +541,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
   snprintf (s->target, sizeof s->target, "%s", target ? target : "");
   snprintf (s->initiator, sizeof s->initiator, "%s", login->initiator_name);
   s->connect_timeout = login->connect_timeout > 0 ? login->connect_timeout
-    : LG_DEFAULT_CONNECT_TIMEOUT;
+                                                  : LG_DEFAULT_CONNECT_TIMEOUT;
   pthread_mutex_init (&s->lock, NULL);
   lg_waiter_init (&s->opened);
 
@@ -554,9 +560,9 @@ lg_session_open (const struct lg_login *login, const char *portal,
   /* Reconnection is ours to do (and to bound); libiscsi's would re-send
    * queued commands behind our back. */
   iscsi_set_noautoreconnect (s->ctx, 1);
-  iscsi_set_header_digest (s->ctx, login->header_digest
-                           ? ISCSI_HEADER_DIGEST_CRC32C
-                           : ISCSI_HEADER_DIGEST_NONE);
+  iscsi_set_header_digest (s->ctx,
+                           login->header_digest ? ISCSI_HEADER_DIGEST_CRC32C
+                                                : ISCSI_HEADER_DIGEST_NONE);
   if (target) {
     iscsi_set_session_type (s->ctx, ISCSI_SESSION_NORMAL);
     iscsi_set_targetname (s->ctx, target);
@@ -565,15 +571,16 @@ lg_session_open (const struct lg_login *login, const char *portal,
     iscsi_set_session_type (s->ctx, ISCSI_SESSION_DISCOVERY);
   /* XXX: libiscsi keeps its own (malloc'd) copy of the secrets. */
   if (login->user && login->secret
-      && iscsi_set_initiator_username_pwd (s->ctx, login->user,
-                                           login->secret) != 0) {
+      && iscsi_set_initiator_username_pwd (s->ctx, login->user, login->secret)
+          != 0) {
     saved = EINVAL;
     snprintf (err, errlen, "CHAP: %s", iscsi_get_error (s->ctx));
     goto err;
   }
   if (login->target_user && login->target_secret
       && iscsi_set_target_username_pwd (s->ctx, login->target_user,
-                                        login->target_secret) != 0) {
+                                        login->target_secret)
+          != 0) {
     saved = EINVAL;
     snprintf (err, errlen, "mutual CHAP: %s", iscsi_get_error (s->ctx));
     goto err;
@@ -597,7 +604,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
             target ? target : "discovery session");
   return s;
 
- err:
+err:
   if (s->ctx)
     iscsi_destroy_context (s->ctx);
   if (s->efd >= 0)

@@ -28,9 +28,9 @@ struct lg_login {
   char *secret;
   char *target_user;
   char *target_secret;
-  bool header_digest;        /* CRC32C header digest */
-  int connect_timeout;       /* seconds for connect + login */
-  int io_timeout;            /* seconds per command; 0 = none */
+  bool header_digest;  /* CRC32C header digest */
+  int connect_timeout; /* seconds for connect + login */
+  int io_timeout;      /* seconds per command; 0 = none */
 };
 
 #define LG_DEFAULT_CONNECT_TIMEOUT 10
@@ -53,7 +53,7 @@ void lg_waiter_wait (struct lg_waiter *w);
 
 enum lg_cmd_kind {
   LG_CMD_SCSI,
-  LG_CMD_DISCOVERY,        /* SendTargets=All on a discovery session */
+  LG_CMD_DISCOVERY, /* SendTargets=All on a discovery session */
 };
 
 struct lg_target_list;
@@ -61,16 +61,16 @@ struct lg_target_list;
 struct lg_cmd {
   /* Set by the caller. */
   enum lg_cmd_kind kind;
-  struct scsi_task *task;    /* owned by the caller, freed after the wait */
+  struct scsi_task *task; /* owned by the caller, freed after the wait */
   int lun;
-  struct scsi_iovec iov;     /* data buffer, when iov.iov_base != NULL */
+  struct scsi_iovec iov; /* data buffer, when iov.iov_base != NULL */
   struct lg_waiter *waiter;
 
   /* Set when the command completes. */
-  int status;                /* SCSI_STATUS_*; transport failures too */
+  int status; /* SCSI_STATUS_*; transport failures too */
   struct scsi_sense sense;
-  char msg[160];             /* libiscsi's text for transport failures */
-  struct lg_target_list *targets;  /* LG_CMD_DISCOVERY result */
+  char msg[160];                  /* libiscsi's text for transport failures */
+  struct lg_target_list *targets; /* LG_CMD_DISCOVERY result */
 
   /* Private to the session. */
   struct lg_cmd *next;
@@ -106,7 +106,7 @@ unsigned lg_session_load (const struct lg_session *s);
 struct lg_target {
   char *name;
   size_t nportals;
-  char **portals;            /* "addr:port,tpgt" as the target sent it */
+  char **portals; /* "addr:port,tpgt" as the target sent it */
 };
 
 struct lg_target_list {

@@ -13,9 +13,8 @@
 #include "iscsi/url.h"
 #include "util/secret.h"
 
-static int
-fail (char *err, size_t errlen, const char *fmt, ...)
-  __attribute__ ((format (printf, 3, 4)));
+static int fail (char *err, size_t errlen, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
 
 static int
 fail (char *err, size_t errlen, const char *fmt, ...)
@@ -74,7 +73,7 @@ valid_name_char (char c)
   /* RFC 3722: lower-case letters, digits, '-', '.', ':'; targets in the
    * wild also use upper case and '_', which libiscsi passes through. */
   return isalnum ((unsigned char) c) || c == '-' || c == '.' || c == ':'
-    || c == '_';
+      || c == '_';
 }
 
 void
@@ -127,7 +126,8 @@ lg_url_parse (const char *s, struct lg_url *u, char *err, size_t errlen)
 
       if (plen == 0 || plen > LG_SECRET_MAX) {
         lg_url_clear (u);
-        return fail (err, errlen, "bad password after '%%' (empty or too long)");
+        return fail (err, errlen,
+                     "bad password after '%%' (empty or too long)");
       }
       tmp = strndup (pct + 1, plen);
       u->password = tmp ? lg_secret_dup (tmp) : NULL;
@@ -183,9 +183,9 @@ lg_url_parse (const char *s, struct lg_url *u, char *err, size_t errlen)
   if (host_end < slash) {
     if (*host_end != ':') {
       lg_url_clear (u);
-      return fail (err, errlen, "unexpected '%s' after the host",
-                   excerpt (host_end, (size_t) (slash - host_end), ex,
-                            sizeof ex));
+      return fail (
+          err, errlen, "unexpected '%s' after the host",
+          excerpt (host_end, (size_t) (slash - host_end), ex, sizeof ex));
     }
     n = (size_t) (slash - host_end - 1);
     v = parse_number (host_end + 1, n, 65535);
@@ -213,9 +213,9 @@ lg_url_parse (const char *s, struct lg_url *u, char *err, size_t errlen)
     return fail (err, errlen, "target name longer than %d characters",
                  LG_URL_TARGET_MAX);
   }
-  if (n < 5 || (strncasecmp (p, "iqn.", 4) != 0
-                && strncasecmp (p, "eui.", 4) != 0
-                && strncasecmp (p, "naa.", 4) != 0)) {
+  if (n < 5
+      || (strncasecmp (p, "iqn.", 4) != 0 && strncasecmp (p, "eui.", 4) != 0
+          && strncasecmp (p, "naa.", 4) != 0)) {
     lg_url_clear (u);
     return fail (err, errlen,
                  "target '%s' is not an iSCSI name (iqn., eui. or naa.)",
@@ -251,7 +251,7 @@ lg_url_parse (const char *s, struct lg_url *u, char *err, size_t errlen)
   u->kind = LG_URL_LUN;
   return 0;
 
- bad_host_bracket:
+bad_host_bracket:
   lg_url_clear (u);
   return fail (err, errlen, "bad IPv6 address in brackets");
 }

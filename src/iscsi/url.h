@@ -12,8 +12,8 @@
 #include <stddef.h>
 
 #define LG_URL_HOST_MAX 255
-#define LG_URL_TARGET_MAX 223   /* RFC 3720 limit on iSCSI names */
-#define LG_URL_LUN_MAX 16383    /* flat-space addressing */
+#define LG_URL_TARGET_MAX 223 /* RFC 3720 limit on iSCSI names */
+#define LG_URL_LUN_MAX 16383  /* flat-space addressing */
 
 enum lg_url_kind {
   LG_URL_PORTAL,
@@ -23,13 +23,13 @@ enum lg_url_kind {
 
 struct lg_url {
   enum lg_url_kind kind;
-  char host[LG_URL_HOST_MAX + 1];  /* without the brackets of an IPv6 */
+  char host[LG_URL_HOST_MAX + 1]; /* without the brackets of an IPv6 */
   int port;
   char portal[LG_URL_HOST_MAX + 10]; /* "host:port" as libiscsi wants it */
   char target[LG_URL_TARGET_MAX + 1];
-  int lun;                         /* -1 unless kind == LG_URL_LUN */
-  char *user;                      /* NULL, or from the URL */
-  char *password;                  /* NULL, or sodium_malloc'd */
+  int lun;        /* -1 unless kind == LG_URL_LUN */
+  char *user;     /* NULL, or from the URL */
+  char *password; /* NULL, or sodium_malloc'd */
 };
 
 /* Returns 0, or -1 with errno = EINVAL and a sentence in err that names

@@ -9,8 +9,8 @@
 const char *
 lg_human_size (uint64_t bytes, char *buf, size_t len)
 {
-  static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB",
-                                      "PiB", "EiB" };
+  static const char *const unit[]
+      = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
   double v = (double) bytes;
   int i = 0;
 

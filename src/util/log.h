@@ -23,7 +23,7 @@ void lg_log_set_level (enum lg_log_level max);
 enum lg_log_level lg_log_get_level (void);
 
 void lg_log (enum lg_log_level level, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
+    __attribute__ ((format (printf, 2, 3)));
 
 #define lg_error(...) lg_log (LG_LOG_ERROR, __VA_ARGS__)
 #define lg_warn(...) lg_log (LG_LOG_WARN, __VA_ARGS__)

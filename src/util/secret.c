@@ -21,7 +21,7 @@ void
 lg_secret_free (char *secret)
 {
   if (secret)
-    sodium_free (secret);   /* wipes before freeing */
+    sodium_free (secret); /* wipes before freeing */
 }
 
 /* Reads at most one line from fd. */
@@ -70,7 +70,7 @@ read_line (int fd, const char *what)
   }
   return buf;
 
- err:
+err:
   sodium_free (buf);
   errno = saved;
   return NULL;
@@ -118,8 +118,9 @@ lg_secret_prompt (const char *prompt)
     errno = saved;
     return NULL;
   }
-  if (write (fd, prompt, strlen (prompt)) < 0)
-    { /* the prompt is a courtesy; reading still works */ }
+  if (write (fd, prompt, strlen (prompt))
+      < 0) { /* the prompt is a courtesy; reading still works */
+  }
   if (tcgetattr (fd, &old) == 0) {
     noecho = old;
     noecho.c_lflag &= ~(tcflag_t) ECHO;
@@ -129,8 +130,7 @@ lg_secret_prompt (const char *prompt)
   saved = errno;
   if (restore)
     tcsetattr (fd, TCSAFLUSH, &old);
-  if (write (fd, "\n", 1) < 0)
-    { }
+  if (write (fd, "\n", 1) < 0) {}
   close (fd);
   errno = saved;
   return s;

@@ -25,22 +25,22 @@
 #include "iscsi/url.h"
 #include "util/log.h"
 
-#define REGION (12u << 20)     /* the part of the LUN the test uses */
+#define REGION (12u << 20) /* the part of the LUN the test uses */
 #define THREADS 4
 
 static struct lg_dev *dev;
-static uint8_t *shadow;        /* what the region must hold */
+static uint8_t *shadow; /* what the region must hold */
 static int backing = -1;
 static int failures;
 
-#define CHECK(cond, ...) \
-  do { \
-    if (!(cond)) { \
-      fprintf (stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf (stderr, __VA_ARGS__); \
-      fputc ('\n', stderr); \
-      failures++; \
-    } \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf (stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
+      fprintf (stderr, __VA_ARGS__);                                           \
+      fputc ('\n', stderr);                                                    \
+      failures++;                                                              \
+    }                                                                          \
   } while (0)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -165,8 +165,8 @@ main (int argc, char **argv)
     return 1;
   }
   printf ("iotest: %s: %" PRIu64 " bytes, %u-byte blocks, max I/O %u, "
-          "%u connections\n", dev->name, dev->size, dev->block_size,
-          dev->max_io, conns);
+          "%u connections\n",
+          dev->name, dev->size, dev->block_size, dev->max_io, conns);
   if (dev->size < 2 * (uint64_t) REGION) {
     fprintf (stderr, "iotest: the LUN must hold at least %u bytes\n",
              2 * REGION);
@@ -224,8 +224,7 @@ main (int argc, char **argv)
   }
 
   /* 5. Zero, with and without may_trim, aligned and not. */
-  CHECK (lg_dev_zero (dev, 3 * 65536 + 123, 2 * 65536 + 7, 0) == 0,
-         "zero: %m");
+  CHECK (lg_dev_zero (dev, 3 * 65536 + 123, 2 * 65536 + 7, 0) == 0, "zero: %m");
   memset (shadow + 2 * 65536 + 7, 0, 3 * 65536 + 123);
   CHECK (lg_dev_zero (dev, 1 << 20, 4 << 20, LG_MAY_TRIM) == 0,
          "zero may_trim: %m");
@@ -242,11 +241,11 @@ main (int argc, char **argv)
     verify ("after trim");
     CHECK (lg_dev_extents (dev, 2 << 20, 8 << 20, count_extent, c) == 0,
            "extents: %m");
-    printf ("iotest: trimmed 2 MiB: %" PRIu64 " hole, %" PRIu64 " data\n",
-            c[0], c[1]);
+    printf ("iotest: trimmed 2 MiB: %" PRIu64 " hole, %" PRIu64 " data\n", c[0],
+            c[1]);
     CHECK (c[0] == 2 << 20 && c[1] == 0,
-           "trimmed range: %" PRIu64 " bytes hole, %" PRIu64 " data",
-           c[0], c[1]);
+           "trimmed range: %" PRIu64 " bytes hole, %" PRIu64 " data", c[0],
+           c[1]);
     c[0] = c[1] = 0;
     CHECK (lg_dev_extents (dev, 1 << 20, 0, count_extent, c) == 0,
            "extents: %m");
@@ -257,11 +256,12 @@ main (int argc, char **argv)
 
   /* 7. Out of range requests fail cleanly with EINVAL. */
   errno = 0;
-  CHECK (lg_dev_pread (dev, buf, 512, dev->size - 100) == -1
-         && errno == EINVAL, "read past the end: errno %d", errno);
+  CHECK (lg_dev_pread (dev, buf, 512, dev->size - 100) == -1 && errno == EINVAL,
+         "read past the end: errno %d", errno);
   errno = 0;
   CHECK (lg_dev_pwrite (dev, buf, 512, UINT64_MAX - 10, 0) == -1
-         && errno == EINVAL, "write at 2^64: errno %d", errno);
+             && errno == EINVAL,
+         "write at 2^64: errno %d", errno);
   CHECK (lg_dev_pread (dev, buf, 4096, dev->size - 4096) == 0,
          "read of the last block: %m");
 

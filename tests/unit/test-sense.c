@@ -18,16 +18,19 @@ Test (sense, specific_ascq)
 {
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
                                SCSI_SENSE_DATA_PROTECTION,
-                               SCSI_SENSE_ASCQ_WRITE_PROTECTED), EPERM);
+                               SCSI_SENSE_ASCQ_WRITE_PROTECTED),
+                EPERM);
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
                                SCSI_SENSE_ILLEGAL_REQUEST,
                                SCSI_SENSE_ASCQ_INVALID_OPERATION_CODE),
                 ENOTSUP);
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
                                SCSI_SENSE_ILLEGAL_REQUEST,
-                               SCSI_SENSE_ASCQ_LBA_OUT_OF_RANGE), EINVAL);
+                               SCSI_SENSE_ASCQ_LBA_OUT_OF_RANGE),
+                EINVAL);
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
-                               SCSI_SENSE_DATA_PROTECTION, 0x2707), ENOSPC);
+                               SCSI_SENSE_DATA_PROTECTION, 0x2707),
+                ENOSPC);
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
                                SCSI_SENSE_NOT_READY,
                                SCSI_SENSE_ASCQ_MEDIUM_NOT_PRESENT),
@@ -41,20 +44,28 @@ Test (sense, specific_ascq)
 Test (sense, by_key)
 {
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
-                               SCSI_SENSE_MEDIUM_ERROR, 0x1100), EIO);
+                               SCSI_SENSE_MEDIUM_ERROR, 0x1100),
+                EIO);
   cr_assert_eq (lg_scsi_errno (SCSI_STATUS_CHECK_CONDITION,
-                               SCSI_SENSE_RECOVERED_ERROR, 0x1700), 0);
+                               SCSI_SENSE_RECOVERED_ERROR, 0x1700),
+                0);
 }
 
 Test (sense, only_nbd_errnos)
 {
-  static const int ok[] = { 0, EIO, EPERM, ENOSPC, EINVAL, ENOTSUP,
-                            ESHUTDOWN };
+  static const int ok[] = { 0, EIO, EPERM, ENOSPC, EINVAL, ENOTSUP, ESHUTDOWN };
   static const int statuses[] = {
-    SCSI_STATUS_CHECK_CONDITION, SCSI_STATUS_BUSY,
-    SCSI_STATUS_RESERVATION_CONFLICT, SCSI_STATUS_TASK_SET_FULL,
-    SCSI_STATUS_ACA_ACTIVE, SCSI_STATUS_TASK_ABORTED, SCSI_STATUS_REDIRECT,
-    SCSI_STATUS_CANCELLED, SCSI_STATUS_ERROR, SCSI_STATUS_TIMEOUT, 0x77,
+    SCSI_STATUS_CHECK_CONDITION,
+    SCSI_STATUS_BUSY,
+    SCSI_STATUS_RESERVATION_CONFLICT,
+    SCSI_STATUS_TASK_SET_FULL,
+    SCSI_STATUS_ACA_ACTIVE,
+    SCSI_STATUS_TASK_ABORTED,
+    SCSI_STATUS_REDIRECT,
+    SCSI_STATUS_CANCELLED,
+    SCSI_STATUS_ERROR,
+    SCSI_STATUS_TIMEOUT,
+    0x77,
   };
 
   for (size_t s = 0; s < sizeof statuses / sizeof statuses[0]; s++)
@@ -65,8 +76,8 @@ Test (sense, only_nbd_errnos)
 
         for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
           found |= e == ok[i];
-        cr_assert (found, "status %x key %x ascq %x gave errno %d",
-                   statuses[s], key, ascq, e);
+        cr_assert (found, "status %x key %x ascq %x gave errno %d", statuses[s],
+                   key, ascq, e);
       }
 }
 

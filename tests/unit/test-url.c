@@ -21,7 +21,8 @@ TestSuite (url, .fini = teardown);
 Test (url, lun_url)
 {
   cr_assert_eq (lg_url_parse ("iscsi://127.0.0.1:3261/iqn.2026-11.org.x:t/2",
-                              &u, err, sizeof err), 0, "%s", err);
+                              &u, err, sizeof err),
+                0, "%s", err);
   cr_assert_eq (u.kind, LG_URL_LUN);
   cr_assert_str_eq (u.host, "127.0.0.1");
   cr_assert_eq (u.port, 3261);
@@ -44,16 +45,16 @@ Test (url, portal_default_port)
 
 Test (url, target_url)
 {
-  cr_assert_eq (lg_url_parse ("iscsi://h/iqn.a.b:c/", &u, err, sizeof err),
-                0);
+  cr_assert_eq (lg_url_parse ("iscsi://h/iqn.a.b:c/", &u, err, sizeof err), 0);
   cr_assert_eq (u.kind, LG_URL_TARGET);
   cr_assert_str_eq (u.target, "iqn.a.b:c");
 }
 
 Test (url, ipv6)
 {
-  cr_assert_eq (lg_url_parse ("iscsi://[::1]:3300/iqn.a:b/0", &u, err,
-                              sizeof err), 0, "%s", err);
+  cr_assert_eq (
+      lg_url_parse ("iscsi://[::1]:3300/iqn.a:b/0", &u, err, sizeof err), 0,
+      "%s", err);
   cr_assert_str_eq (u.host, "::1");
   cr_assert_str_eq (u.portal, "[::1]:3300");
   cr_assert_eq (u.lun, 0);
@@ -61,8 +62,9 @@ Test (url, ipv6)
 
 Test (url, credentials)
 {
-  cr_assert_eq (lg_url_parse ("iscsi://alice%s3cret@h/iqn.a:b/1", &u, err,
-                              sizeof err), 0, "%s", err);
+  cr_assert_eq (
+      lg_url_parse ("iscsi://alice%s3cret@h/iqn.a:b/1", &u, err, sizeof err), 0,
+      "%s", err);
   cr_assert_str_eq (u.user, "alice");
   cr_assert_str_eq (u.password, "s3cret");
   cr_assert_str_eq (u.host, "h");
@@ -72,8 +74,9 @@ Test (url, format_hides_password)
 {
   char buf[256];
 
-  cr_assert_eq (lg_url_parse ("iscsi://alice%s3cret@h:99/iqn.a:b/1", &u, err,
-                              sizeof err), 0);
+  cr_assert_eq (
+      lg_url_parse ("iscsi://alice%s3cret@h:99/iqn.a:b/1", &u, err, sizeof err),
+      0);
   lg_url_format (&u, buf, sizeof buf);
   cr_assert_str_eq (buf, "iscsi://h:99/iqn.a:b/1");
 }
@@ -84,8 +87,8 @@ expect_bad (const char *url, const char *fragment)
   int r = lg_url_parse (url, &u, err, sizeof err);
 
   cr_assert_eq (r, -1, "accepted %s", url);
-  cr_assert_not_null (strstr (err, fragment), "'%s': got '%s', want '%s'",
-                      url, err, fragment);
+  cr_assert_not_null (strstr (err, fragment), "'%s': got '%s', want '%s'", url,
+                      err, fragment);
   lg_url_clear (&u);
 }
 
