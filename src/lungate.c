@@ -52,6 +52,7 @@ version (void)
 {
   printf ("lungate %s\n", PACKAGE_VERSION);
   printf ("libiscsi %s\n", LG_LIBISCSI_VERSION);
+  printf ("nbdkit %s\n", LG_NBDKIT_VERSION);
   printf ("libsodium %s\n", sodium_version_string ());
 }
 

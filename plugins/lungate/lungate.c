@@ -1,0 +1,616 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* nbdkit-lungate-plugin: iSCSI LUNs as NBD exports.
+ *
+ * A thin adapter over the block-device interface (src/dev/): the config
+ * callbacks collect the URL and login, after_fork logs in (one pool of
+ * sessions per target, shared by its LUNs) and probes the LUNs, and each
+ * NBD request becomes one lg_dev call.
+ *
+ * Threads: nbdkit's PARALLEL model; any number of requests from any
+ * number of connections at once.  The pool and devices are created in
+ * after_fork (threads do not survive nbdkit's fork to the background) and
+ * are immutable until unload, so the callbacks share them without locks.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+#include <sodium.h>
+
+#include "dev/dev.h"
+#include "dev/iscsi.h"
+#include "iscsi/lun.h"
+#include "iscsi/pool.h"
+#include "iscsi/session.h"
+#include "iscsi/url.h"
+#include "util/fmt.h"
+#include "util/log.h"
+#include "util/secret.h"
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+#define DEFAULT_CONNECTIONS 4
+/* Largest NBD request we advertise when the LUN sets no limit: requests
+ * are split at the LUN's limit anyway. */
+#define MAX_REQUEST (32u << 20)
+
+/* Configuration, from the command line. */
+static char *url;
+static struct lg_url purl;
+static struct lg_login login;
+static unsigned connections = DEFAULT_CONNECTIONS;
+
+/* After after_fork: the pool and one device per exported LUN. */
+static struct lg_pool *pool;
+static size_t ndevs;
+static struct lg_dev **devs;
+
+struct handle {
+  struct lg_dev *dev;
+};
+
+static void
+log_sink (enum lg_log_level level, const char *msg)
+{
+  if (level <= LG_LOG_WARN)
+    nbdkit_error ("%s", msg);
+  else
+    nbdkit_debug ("%s", msg);
+}
+
+static void
+lungate_load (void)
+{
+  lg_log_set_sink (log_sink);
+  lg_log_set_level (LG_LOG_DEBUG);
+  if (sodium_init () < 0)
+    nbdkit_error ("cannot initialise libsodium");
+  lg_login_init (&login);
+}
+
+static void
+lungate_unload (void)
+{
+  for (size_t i = 0; i < ndevs; i++)
+    lg_dev_close (devs[i]);
+  free (devs);
+  lg_pool_close (pool);
+  lg_url_clear (&purl);
+  lg_login_clear (&login);
+  free (url);
+}
+
+/* nbdkit_read_password hands back ordinary malloc'd memory: move the
+ * secret into sodium memory and wipe the original at once. */
+static int
+read_secret (const char *key, const char *value, char **slot)
+{
+  char *tmp = NULL;
+  char *s;
+
+  if (nbdkit_read_password (value, &tmp) < 0)
+    return -1;
+  s = lg_secret_dup (tmp);
+  sodium_memzero (tmp, strlen (tmp));
+  free (tmp);
+  if (s == NULL) {
+    nbdkit_error ("%s: cannot store the secret", key);
+    return -1;
+  }
+  lg_secret_free (*slot);
+  *slot = s;
+  return 0;
+}
+
+static int
+set_string (char **slot, const char *value)
+{
+  char *s = strdup (value);
+
+  if (s == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  free (*slot);
+  *slot = s;
+  return 0;
+}
+
+static int
+parse_seconds (const char *key, const char *value, int min, int *out)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (value, &end, 10);
+  if (errno || end == value || *end || v < min || v > 86400) {
+    nbdkit_error ("%s: '%s' is not a number of seconds from %d to 86400", key,
+                  value, min);
+    return -1;
+  }
+  *out = (int) v;
+  return 0;
+}
+
+static int
+lungate_config (const char *key, const char *value)
+{
+  if (strcmp (key, "url") == 0)
+    return set_string (&url, value);
+  if (strcmp (key, "user") == 0)
+    return set_string (&login.user, value);
+  if (strcmp (key, "password") == 0)
+    return read_secret (key, value, &login.secret);
+  if (strcmp (key, "target-user") == 0)
+    return set_string (&login.target_user, value);
+  if (strcmp (key, "target-password") == 0)
+    return read_secret (key, value, &login.target_secret);
+  if (strcmp (key, "initiator") == 0) {
+    if (strncmp (value, "iqn.", 4) && strncmp (value, "eui.", 4)
+        && strncmp (value, "naa.", 4)) {
+      nbdkit_error ("initiator: '%s' is not an iSCSI name", value);
+      return -1;
+    }
+    return set_string (&login.initiator_name, value);
+  }
+  if (strcmp (key, "connections") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &connections) < 0)
+      return -1;
+    if (connections < 1 || connections > LG_POOL_MAX) {
+      nbdkit_error ("connections: must be from 1 to %d", LG_POOL_MAX);
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp (key, "header-digest") == 0) {
+    if (strcmp (value, "none") == 0)
+      login.header_digest = false;
+    else if (strcmp (value, "crc32c") == 0)
+      login.header_digest = true;
+    else {
+      nbdkit_error ("header-digest: '%s': want none or crc32c", value);
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp (key, "timeout") == 0)
+    return parse_seconds (key, value, 0, &login.io_timeout);
+  if (strcmp (key, "connect-timeout") == 0)
+    return parse_seconds (key, value, 1, &login.connect_timeout);
+  nbdkit_error ("unknown parameter '%s'", key);
+  return -1;
+}
+
+static int
+lungate_config_complete (void)
+{
+  char err[256];
+
+  if (url == NULL) {
+    nbdkit_error ("url=iscsi://HOST[:PORT]/TARGET-IQN[/LUN] is required");
+    return -1;
+  }
+  if (lg_url_parse (url, &purl, err, sizeof err) < 0) {
+    nbdkit_error ("invalid URL '%s': %s", url, err);
+    return -1;
+  }
+  if (purl.kind == LG_URL_PORTAL) {
+    nbdkit_error ("url: '%s' names a portal: add the target IQN (and "
+                  "optionally the LUN)",
+                  url);
+    return -1;
+  }
+  if (purl.user && login.user == NULL
+      && set_string (&login.user, purl.user) < 0)
+    return -1;
+  if (purl.password && login.secret == NULL) {
+    login.secret = purl.password;
+    purl.password = NULL;
+  }
+  if ((login.user == NULL) != (login.secret == NULL)) {
+    nbdkit_error ("CHAP needs both user= and password=");
+    return -1;
+  }
+  if ((login.target_user == NULL) != (login.target_secret == NULL)
+      || (login.target_user && login.user == NULL)) {
+    nbdkit_error ("mutual CHAP needs target-user=, target-password=, "
+                  "user= and password=");
+    return -1;
+  }
+  return 0;
+}
+
+#define lungate_config_help                                                    \
+  "url=iscsi://HOST[:PORT]/TARGET-IQN[/LUN] (required)\n"                      \
+  "                     A LUN, or a target: one export per LUN.\n"             \
+  "user=USER            CHAP user name.\n"                                     \
+  "password=SECRET      CHAP secret (-: prompt, +FILE, -FD).\n"                \
+  "target-user=USER     Mutual CHAP: the target's user name.\n"                \
+  "target-password=SECRET  Mutual CHAP: the target's secret.\n"                \
+  "initiator=IQN        Initiator name (default\n"                             \
+  "                     iqn.2026-11.org.lungate:HOSTNAME).\n"                  \
+  "connections=N        iSCSI connections in the pool (default 4).\n"          \
+  "header-digest=none|crc32c  Header digest (default none).\n"                 \
+  "timeout=SECONDS      Per-command timeout, 0 for none (default 60).\n"       \
+  "connect-timeout=SECONDS  Login timeout (default 10)."
+
+/* Opens the pool and the devices: once, after nbdkit forked. */
+static int
+lungate_after_fork (void)
+{
+  char err[512];
+  int *luns = NULL;
+  size_t n = 0;
+
+  pool = lg_pool_open (&login, purl.portal, purl.target, connections, err,
+                       sizeof err);
+  if (pool == NULL) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  if (purl.kind == LG_URL_LUN) {
+    luns = malloc (sizeof *luns);
+    if (luns == NULL)
+      return -1;
+    luns[0] = purl.lun;
+    n = 1;
+  }
+  else if (lg_report_luns (pool, &luns, &n, err, sizeof err) < 0) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  devs = calloc (n ? n : 1, sizeof *devs);
+  if (devs == NULL) {
+    free (luns);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct lg_dev *d
+        = lg_iscsi_dev_open (pool, false, luns[i], false, err, sizeof err);
+
+    if (d == NULL) {
+      /* A LUN URL must work; in a target, LUNs that are not disks (the
+       * controller at LUN 0) are simply not exported. */
+      if (purl.kind == LG_URL_LUN) {
+        nbdkit_error ("%s", err);
+        free (luns);
+        return -1;
+      }
+      nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
+      continue;
+    }
+    devs[ndevs++] = d;
+  }
+  free (luns);
+  if (ndevs == 0) {
+    nbdkit_error ("%s: the target has no disk LUN to export", purl.target);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+lun_of (const struct lg_dev *d)
+{
+  return lg_iscsi_dev_info (d)->lun;
+}
+
+static int
+lungate_list_exports (int readonly, int is_tls, struct nbdkit_exports *e)
+{
+  (void) readonly;
+  (void) is_tls;
+  for (size_t i = 0; i < ndevs; i++) {
+    const struct lg_lun_info *li = lg_iscsi_dev_info (devs[i]);
+    char name[32], desc[128], hs[32];
+
+    snprintf (name, sizeof name, "lun%d", li->lun);
+    snprintf (desc, sizeof desc, "%s %s, %s, %u-byte blocks", li->vendor,
+              li->product, lg_human_size (li->size, hs, sizeof hs),
+              li->block_size);
+    if (nbdkit_add_export (e, name, desc) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static const char *
+lungate_default_export (int readonly, int is_tls)
+{
+  static char name[32];
+
+  (void) readonly;
+  (void) is_tls;
+  snprintf (name, sizeof name, "lun%d", lun_of (devs[0]));
+  return name;
+}
+
+/* Finds the device an export name asks for. */
+static struct lg_dev *
+find_dev (const char *name)
+{
+  char *end;
+  long lun;
+
+  if (name[0] == '\0')
+    return devs[0];
+  if (strncmp (name, "lun", 3) != 0)
+    return NULL;
+  errno = 0;
+  lun = strtol (name + 3, &end, 10);
+  if (errno || end == name + 3 || *end)
+    return NULL;
+  for (size_t i = 0; i < ndevs; i++)
+    if (lun_of (devs[i]) == lun)
+      return devs[i];
+  return NULL;
+}
+
+static void *
+lungate_open (int readonly)
+{
+  const char *name = nbdkit_export_name ();
+  struct handle *h;
+  struct lg_dev *d = find_dev (name ? name : "");
+
+  (void) readonly;
+  if (d == NULL) {
+    nbdkit_error ("export '%s' does not exist: exports are lun<N>, see "
+                  "nbdinfo --list",
+                  name);
+    errno = ENOENT;
+    return NULL;
+  }
+  h = malloc (sizeof *h);
+  if (h == NULL) {
+    nbdkit_error ("malloc: %m");
+    return NULL;
+  }
+  h->dev = d;
+  return h;
+}
+
+static void
+lungate_close (void *handle)
+{
+  free (handle);
+}
+
+static const char *
+lungate_export_description (void *handle)
+{
+  struct handle *h = handle;
+  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+
+  return nbdkit_printf_intern ("%s LUN %d: %s %s", purl.target, li->lun,
+                               li->vendor, li->product);
+}
+
+static int64_t
+lungate_get_size (void *handle)
+{
+  struct handle *h = handle;
+
+  return (int64_t) h->dev->size;
+}
+
+static int
+lungate_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
+                    uint32_t *maximum)
+{
+  struct handle *h = handle;
+  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+  uint64_t max = MAX_REQUEST;
+
+  *minimum = h->dev->block_size;
+  *preferred = h->dev->pref_block_size > 4096 ? h->dev->pref_block_size : 4096;
+  if (li->max_xfer_blocks
+      && (uint64_t) li->max_xfer_blocks * li->block_size < max)
+    max = (uint64_t) li->max_xfer_blocks * li->block_size;
+  if (max < *preferred)
+    max = *preferred;
+  *maximum = (uint32_t) max;
+  return 0;
+}
+
+static int
+lungate_can_write (void *handle)
+{
+  struct handle *h = handle;
+
+  return !h->dev->read_only;
+}
+
+static int
+lungate_can_flush (void *handle)
+{
+  (void) handle;
+  return 1;
+}
+
+static int
+lungate_can_fua (void *handle)
+{
+  (void) handle;
+  /* The device writes with FUA, or follows the write with SYNCHRONIZE
+   * CACHE: either way the write is durable when we answer. */
+  return NBDKIT_FUA_NATIVE;
+}
+
+static int
+lungate_can_trim (void *handle)
+{
+  struct handle *h = handle;
+
+  return h->dev->can_trim;
+}
+
+static int
+lungate_can_zero (void *handle)
+{
+  (void) handle;
+  return 1;
+}
+
+static int
+lungate_can_fast_zero (void *handle)
+{
+  struct handle *h = handle;
+  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+
+  /* Fast only where WRITE SAME can deallocate; otherwise zeroing is
+   * writing, and a fast-zero request fails at once with ENOTSUP. */
+  return h->dev->can_zero && li->lbprz;
+}
+
+static int
+lungate_can_extents (void *handle)
+{
+  struct handle *h = handle;
+
+  return h->dev->can_extents;
+}
+
+static int
+lungate_can_multi_conn (void *handle)
+{
+  (void) handle;
+  /* Every connection reaches the same LUN, and SYNCHRONIZE CACHE makes
+   * durable every write the LUN has completed, whichever session carried
+   * it: a flush on one connection covers writes acknowledged on all. */
+  return 1;
+}
+
+static int
+lungate_can_cache (void *handle)
+{
+  (void) handle;
+  return NBDKIT_CACHE_NONE;
+}
+
+static int
+lungate_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+               uint32_t flags)
+{
+  struct handle *h = handle;
+
+  (void) flags;
+  return lg_dev_pread (h->dev, buf, count, offset);
+}
+
+static unsigned
+dev_flags (uint32_t flags)
+{
+  return ((flags & NBDKIT_FLAG_FUA) ? LG_FUA : 0)
+      | ((flags & NBDKIT_FLAG_MAY_TRIM) ? LG_MAY_TRIM : 0)
+      | ((flags & NBDKIT_FLAG_FAST_ZERO) ? LG_FAST_ZERO : 0);
+}
+
+static int
+lungate_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
+                uint32_t flags)
+{
+  struct handle *h = handle;
+
+  return lg_dev_pwrite (h->dev, buf, count, offset, dev_flags (flags));
+}
+
+static int
+lungate_flush (void *handle, uint32_t flags)
+{
+  struct handle *h = handle;
+
+  (void) flags;
+  return lg_dev_flush (h->dev);
+}
+
+static int
+lungate_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  struct handle *h = handle;
+
+  return lg_dev_trim (h->dev, count, offset, dev_flags (flags));
+}
+
+static int
+lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  struct handle *h = handle;
+
+  return lg_dev_zero (h->dev, count, offset, dev_flags (flags));
+}
+
+static int
+add_extent (void *opaque, uint64_t offset, uint64_t length, bool is_hole)
+{
+  struct nbdkit_extents *e = opaque;
+
+  return nbdkit_add_extent (
+      e, offset, length, is_hole ? NBDKIT_EXTENT_HOLE | NBDKIT_EXTENT_ZERO : 0);
+}
+
+static int
+lungate_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
+                 struct nbdkit_extents *e)
+{
+  struct handle *h = handle;
+
+  (void) flags;
+  return lg_dev_extents (h->dev, count, offset, add_extent, e);
+}
+
+static void
+lungate_dump_plugin (void)
+{
+  printf ("lungate_libiscsi=%s\n", LG_LIBISCSI_VERSION);
+  printf ("lungate_libsodium=%s\n", sodium_version_string ());
+}
+
+static struct nbdkit_plugin plugin = {
+  .name = "lungate",
+  .longname = "lungate iSCSI gateway",
+  .version = PACKAGE_VERSION,
+  .description = "Serve iSCSI LUNs over NBD (userspace, libiscsi)",
+  .load = lungate_load,
+  .unload = lungate_unload,
+  .config = lungate_config,
+  .config_complete = lungate_config_complete,
+  .config_help = lungate_config_help,
+  .magic_config_key = "url",
+  .after_fork = lungate_after_fork,
+  .list_exports = lungate_list_exports,
+  .default_export = lungate_default_export,
+  .open = lungate_open,
+  .close = lungate_close,
+  .export_description = lungate_export_description,
+  .get_size = lungate_get_size,
+  .block_size = lungate_block_size,
+  .can_write = lungate_can_write,
+  .can_flush = lungate_can_flush,
+  .can_fua = lungate_can_fua,
+  .can_trim = lungate_can_trim,
+  .can_zero = lungate_can_zero,
+  .can_fast_zero = lungate_can_fast_zero,
+  .can_extents = lungate_can_extents,
+  .can_multi_conn = lungate_can_multi_conn,
+  .can_cache = lungate_can_cache,
+  .pread = lungate_pread,
+  .pwrite = lungate_pwrite,
+  .flush = lungate_flush,
+  .trim = lungate_trim,
+  .zero = lungate_zero,
+  .extents = lungate_extents,
+  .dump_plugin = lungate_dump_plugin,
+  .errno_is_preserved = 1,
+};
+
+struct nbdkit_plugin *plugin_init (void);
+NBDKIT_REGISTER_PLUGIN (plugin)
