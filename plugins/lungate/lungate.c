@@ -242,6 +242,39 @@ lungate_config_complete (void)
   "timeout=SECONDS      Per-command timeout, 0 for none (default 60).\n"       \
   "connect-timeout=SECONDS  Login timeout (default 10)."
 
+/* Before nbdkit forks to the background (and before --run starts its
+ * command): log in once and look at the LUN, so that a wrong URL, secret
+ * or LUN stops nbdkit at once with the reason instead of failing every
+ * client later.  The session closes again: threads do not survive the
+ * fork. */
+static int
+lungate_get_ready (void)
+{
+  struct lg_pool *p;
+  struct lg_lun_info li;
+  char err[512];
+  int r = 0;
+
+  p = lg_pool_open (&login, purl.portal, purl.target, 1, err, sizeof err);
+  if (p == NULL) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  if (purl.kind == LG_URL_LUN) {
+    if (lg_lun_probe (p, purl.lun, &li, err, sizeof err) < 0) {
+      nbdkit_error ("%s", err);
+      r = -1;
+    }
+    else if (!li.is_disk) {
+      nbdkit_error ("%s: LUN %d is a %s, not a disk", purl.target, purl.lun,
+                    li.type_name);
+      r = -1;
+    }
+  }
+  lg_pool_close (p);
+  return r;
+}
+
 /* Opens the pool and the devices: once, after nbdkit forked. */
 static int
 lungate_after_fork (void)
@@ -585,6 +618,7 @@ static struct nbdkit_plugin plugin = {
   .config_complete = lungate_config_complete,
   .config_help = lungate_config_help,
   .magic_config_key = "url",
+  .get_ready = lungate_get_ready,
   .after_fork = lungate_after_fork,
   .list_exports = lungate_list_exports,
   .default_export = lungate_default_export,

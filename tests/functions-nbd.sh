@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+#
+# Helpers for the tests of the nbdkit plugin, on top of functions.sh.
+#
+#   require_lungate_plugin     LUNGATE_PLUGIN must be the built plugin
+#   require_nbd_python         sets NBD_PYTHON, a python3 with libnbd's module
+#   nbd_run [NBDKIT-OPTION...] KEY=VALUE... -- CMD ARG...
+#       serve the plugin on a private Unix socket for the time CMD runs
+#       (nbdkit --run); each '$uri' in an ARG becomes the export's URI.
+#       Returns CMD's status.  Bounded by NBD_RUN_TIMEOUT (default 300 s).
+
+# shellcheck source=functions.sh
+. "${srcdir:-.}/functions.sh"
+
+require_lungate_plugin ()
+{
+  require_lungate
+  require nbdkit
+  [ -n "${LUNGATE_PLUGIN:-}" ] || fail "LUNGATE_PLUGIN is not set (run through make check)"
+  [ -f "$LUNGATE_PLUGIN" ] || fail "LUNGATE_PLUGIN=$LUNGATE_PLUGIN does not exist"
+}
+
+require_nbd_python ()
+{
+  # Debian's python3-libnbd is for /usr/bin/python3, which may not be
+  # the first python3 on PATH.
+  local p
+  for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import nbd' 2>/dev/null; then
+      NBD_PYTHON=$(command -v "$p")
+      export NBD_PYTHON
+      return 0
+    fi
+  done
+  skip "no python3 with the nbd module (Debian package python3-libnbd)"
+}
+
+# A plugin built with AddressSanitizer loads into Debian's nbdkit only
+# with the sanitizer runtimes preloaded.
+_nbd_preload ()
+{
+  local libs=() l
+  for l in libasan libubsan; do
+    if ldd "$LUNGATE_PLUGIN" 2>/dev/null | grep -q "$l\.so"; then
+      libs+=("$(${CC:-gcc} -print-file-name="$l.so")")
+    fi
+  done
+  printf '%s' "${libs[*]}"
+}
+
+nbd_run ()
+{
+  local opts=() params=() cmd='' a q preload
+  while [ $# -gt 0 ] && [ "${1#-}" != "$1" ] && [ "$1" != -- ]; do
+    opts+=("$1"); shift
+  done
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    params+=("$1"); shift
+  done
+  [ "${1:-}" = -- ] || fail "nbd_run: no -- before the command"
+  shift
+  for a in "$@"; do
+    q=$(printf '%q' "$a")
+    q=${q//'\$uri'/'"$uri"'}
+    cmd+="$q "
+  done
+  preload=$(_nbd_preload)
+  # Leak checking stays off in nbdkit itself (not our code, and it exits
+  # through paths LeakSanitizer reports); ASan's other checks stay on.
+  LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" \
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+    timeout --kill-after=5 "${NBD_RUN_TIMEOUT:-300}" \
+    nbdkit -U - "${opts[@]}" "$LUNGATE_PLUGIN" "${params[@]}" --run "$cmd"
+}
