@@ -195,9 +195,14 @@ scratch_dir ()
   fi
 }
 
+_lg_tmproot ()
+{
+  printf '%s\n' "${TGT_TMPDIR:-${TMPDIR:-/tmp}}"
+}
+
 _lg_make_scratch ()
 {
-  _LG_SCRATCH=$(mktemp -d "${TGT_TMPDIR:-${TMPDIR:-/tmp}}/lungate-test.XXXXXX") \
+  _LG_SCRATCH=$(mktemp -d "$(_lg_tmproot)/lungate-test.XXXXXX") \
     || fail "cannot create a temporary directory"
   on_exit _lg_rm_dir "$_LG_SCRATCH"
 }
@@ -287,7 +292,8 @@ _tgt_pick_port ()
 {
   local lo=20000 hi=32000 eph_lo p i
   eph_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
-  if [ -n "$eph_lo" ] && [ "$eph_lo" -gt 11000 ] && [ "$eph_lo" -le "$hi" ]; then
+  if [ -n "$eph_lo" ] && [ "$eph_lo" -gt 11000 ] \
+     && [ "$eph_lo" -le "$hi" ]; then
     hi=$eph_lo
     lo=$((eph_lo - 10000))
   fi
@@ -319,7 +325,7 @@ _tgt_launch ()
   # then for a portal list.
   while :; do
     if ! _lg_alive "$TGT_PID"; then
-      wait "$TGT_PID" 2>/dev/null
+      wait "$TGT_PID" 2>/dev/null || true
       TGT_PID=
       return 1
     fi
@@ -350,9 +356,9 @@ _tgt_launch ()
 _tgt_kill_pid ()
 {
   [ -n "$TGT_PID" ] || return 0
-  kill "-${1:-KILL}" "$TGT_PID" 2>/dev/null
-  _lg_wait_gone "$TGT_PID" 50 || kill -KILL "$TGT_PID" 2>/dev/null
-  wait "$TGT_PID" 2>/dev/null
+  kill "-${1:-KILL}" "$TGT_PID" 2>/dev/null || true
+  _lg_wait_gone "$TGT_PID" 50 || kill -KILL "$TGT_PID" 2>/dev/null || true
+  wait "$TGT_PID" 2>/dev/null || true
   TGT_PID=
   return 0
 }
@@ -368,7 +374,11 @@ _tgt_start_watchdog ()
       sleep 1
     done
     p=$(cat "$pidfile" 2>/dev/null) || exit 0
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tgtd ] && kill -KILL "$p"
+    if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tgtd ]; then
+      kill -KILL "$p"
+    fi
+    _lg_rm_dir "$TGT_DIR"
+    _lg_rm_dir "$_LG_SCRATCH"
   ) </dev/null >/dev/null 2>&1 &
   _TGT_WATCHDOG=$!
 }
@@ -376,17 +386,18 @@ _tgt_start_watchdog ()
 # tgt_start [PORT]: start a private tgtd (see the top of this file).  With
 # PORT, use that port or fail; without, pick a free one, retrying on a
 # collision with a concurrently started tgtd.
+# shellcheck disable=SC2120 # PORT is optional
 tgt_start ()
 {
   local tries=0 port
   [ -z "${TGT_DIR:-}" ] || fail "tgt_start: already started"
   require tgtd tgtadm timeout
-  TGT_DIR=$(mktemp -d "${TGT_TMPDIR:-${TMPDIR:-/tmp}}/lungate-tgt.XXXXXX") \
+  TGT_DIR=$(mktemp -d "$(_lg_tmproot)/lungate-tgt.XXXXXX") \
     || fail "tgt_start: cannot create a temporary directory"
   on_exit _tgt_cleanup
   # sun_path holds 108 bytes.
   if [ "${#TGT_DIR}" -gt 90 ]; then
-    fail "tgt_start: $TGT_DIR is too long for a unix socket path; set TGT_TMPDIR"
+    fail "tgt_start: $TGT_DIR: too long for a socket path; set TGT_TMPDIR"
   fi
   _tgt_start_watchdog
   while :; do
@@ -416,11 +427,12 @@ _tgt_stop ()
   if _lg_alive "$TGT_PID"; then
     for tid in $(_tgtadm_nj --mode target --op show 2>/dev/null \
                    | sed -n 's/^Target \([0-9]*\):.*/\1/p'); do
-      _tgtadm_nj --mode target --op delete --force --tid "$tid" >/dev/null 2>&1
+      _tgtadm_nj --mode target --op delete --force --tid "$tid" \
+        >/dev/null 2>&1 || true
     done
-    _tgtadm_nj --mode system --op delete >/dev/null 2>&1
-    _lg_wait_gone "$TGT_PID" 50 || kill -TERM "$TGT_PID" 2>/dev/null
-    _lg_wait_gone "$TGT_PID" 20 || kill -KILL "$TGT_PID" 2>/dev/null
+    _tgtadm_nj --mode system --op delete >/dev/null 2>&1 || true
+    _lg_wait_gone "$TGT_PID" 50 || kill -TERM "$TGT_PID" 2>/dev/null || true
+    _lg_wait_gone "$TGT_PID" 20 || kill -KILL "$TGT_PID" 2>/dev/null || true
   fi
   _tgt_kill_pid
 }
@@ -461,8 +473,8 @@ tgt_restart ()
 tgt_detach ()
 {
   if [ -n "$_TGT_WATCHDOG" ]; then
-    kill "$_TGT_WATCHDOG" 2>/dev/null
-    wait "$_TGT_WATCHDOG" 2>/dev/null
+    kill "$_TGT_WATCHDOG" 2>/dev/null || true
+    wait "$_TGT_WATCHDOG" 2>/dev/null || true
     _TGT_WATCHDOG=
   fi
   _TGT_DETACHED=1
@@ -480,8 +492,8 @@ _tgt_cleanup ()
   fi
   tgt_stop
   if [ -n "$_TGT_WATCHDOG" ]; then
-    kill "$_TGT_WATCHDOG" 2>/dev/null
-    wait "$_TGT_WATCHDOG" 2>/dev/null
+    kill "$_TGT_WATCHDOG" 2>/dev/null || true
+    wait "$_TGT_WATCHDOG" 2>/dev/null || true
     _TGT_WATCHDOG=
   fi
   _lg_rm_dir "$TGT_DIR"
