@@ -71,11 +71,11 @@ PY
 
 # A wrong secret: nbdkit does not start, and says why.
 expect_fail_with "authentication failed" \
-  nbdkit -U - "$LUNGATE_PLUGIN" "url=$url/1" user=carol "password=+$bad" \
+  "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" user=carol "password=+$bad" \
   --run 'true'
 # No such LUN.
 expect_fail_with "LUN 7 does not exist" \
-  nbdkit -U - "$LUNGATE_PLUGIN" "url=$url/7" user=carol "password=+$pw" \
+  "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/7" user=carol "password=+$pw" \
   --run 'true'
-expect_fail_with "invalid URL" nbdkit -U - "$LUNGATE_PLUGIN" url=iscsi:/x --run true
+expect_fail_with "invalid URL" "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" url=iscsi:/x --run true
 echo "test-nbd-exports: ok"
