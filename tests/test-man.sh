@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # The man pages are valid POD, and every option --help lists is in them.
-. "${srcdir:-.}/functions.sh"
-require_lungate
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
 man="${top_srcdir:-..}/man"
 podchecker=${PODCHECKER:-podchecker}
 [ -x "$(command -v "$podchecker")" ] || fail "podchecker not found"
@@ -24,4 +24,13 @@ done
 for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
   grep -q -- "B<$opt>" "$man/lungate.pod" || fail "lungate.pod lacks $opt"
 done
+# Every parameter the plugin's --help names is in its man page.
+"${NBDKIT[@]}" "$LUNGATE_PLUGIN" --help >"$(scratch_dir)/ph" 2>&1 || fail "nbdkit plugin --help"
+n=0
+for p in $(grep -oE '^[a-z-]+=' "$(scratch_dir)/ph" | sort -u); do
+  n=$((n + 1))
+  grep -q -- "B<$p" "$man/nbdkit-lungate-plugin.pod" \
+    || fail "plugin parameter $p is not in nbdkit-lungate-plugin.pod"
+done
+[ "$n" -ge 8 ] || fail "only $n plugin parameters found in --help"
 echo "test-man: ok"
