@@ -27,10 +27,10 @@ done
 # Every parameter the plugin's --help names is in its man page.
 "${NBDKIT[@]}" "$LUNGATE_PLUGIN" --help >"$(scratch_dir)/ph" 2>&1 || fail "nbdkit plugin --help"
 n=0
-for p in $(grep -oE '^[a-z-]+=' "$(scratch_dir)/ph" | sort -u); do
+while read -r p; do
   n=$((n + 1))
   grep -q -- "B<$p" "$man/nbdkit-lungate-plugin.pod" \
     || fail "plugin parameter $p is not in nbdkit-lungate-plugin.pod"
-done
+done < <(grep -oE '^[a-z-]+=' "$(scratch_dir)/ph" | sort -u)
 [ "$n" -ge 8 ] || fail "only $n plugin parameters found in --help"
 echo "test-man: ok"
