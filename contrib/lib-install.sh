@@ -15,7 +15,7 @@ LG_DEB_PACKAGES=(
   libsodium-dev libcriterion-dev
   tgt
   libnbd-bin python3-libnbd
-  qemu-utils fio fuse2fs e2fsprogs
+  qemu-utils qemu-block-extra fio fuse2fs e2fsprogs
   clang cppcheck shellcheck
   iproute2 procps
 )

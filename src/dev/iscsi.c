@@ -87,8 +87,7 @@ rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
   else
     memset (cmds, 0, n * sizeof *cmds);
 
-  lg_waiter_init (&w);
-  w.pending = (unsigned) n;
+  lg_waiter_init (&w, (unsigned) n);
   for (uint64_t i = 0; i < n; i++) {
     uint64_t first = lba + i * x->max_blocks;
     uint64_t cnt = nblocks - i * x->max_blocks;
@@ -108,11 +107,8 @@ rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
     if (cmds[i].task == NULL) {
       cmds[i].status = SCSI_STATUS_ERROR;
       snprintf (cmds[i].msg, sizeof cmds[i].msg, "out of memory");
-      /* Never submitted: count it done (commands already submitted may
-       * be completing on loop threads, hence the lock). */
-      pthread_mutex_lock (&w.lock);
-      w.pending--;
-      pthread_mutex_unlock (&w.lock);
+      /* Never submitted: count it done. */
+      lg_waiter_done (&w);
       continue;
     }
     lg_pool_submit (x->pool, &cmds[i]);

@@ -102,8 +102,7 @@ lg_pool_exec (struct lg_pool *p, struct lg_cmd *cmd)
 {
   struct lg_waiter w;
 
-  lg_waiter_init (&w);
-  w.pending = 1;
+  lg_waiter_init (&w, 1);
   cmd->waiter = &w;
   lg_pool_submit (p, cmd);
   lg_waiter_wait (&w);

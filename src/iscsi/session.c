@@ -1,11 +1,19 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* One iSCSI session and its event loop.
  *
- * Threads: lg_session_open / _close run on the caller's thread; everything
- * that touches the libiscsi context (connect, login, commands, callbacks,
- * logout) runs on the session's loop thread.  Other threads only append to
- * the submit queue under s->lock and poke the eventfd.  Lock order: a
- * waiter's lock may be taken while holding nothing else; s->lock is a leaf.
+ * Threads: lg_session_open / _close run on the caller's thread.  Connect
+ * and login run on the session's loop thread before anyone else can see
+ * the session.  After that the libiscsi context is shared under s->lock:
+ * a submitting thread issues its command and writes it to the socket
+ * itself (no hand-off, no wake-up of the loop thread), and the loop thread
+ * polls the socket without the lock and takes it to read replies and run
+ * the completion callbacks.  The lock is held only while libiscsi works
+ * on memory or on a non-blocking socket, never across a round trip.  The
+ * loop thread is woken (eventfd) only when it must poll for something new:
+ * a socket too full to take a whole command, or a stop.
+ *
+ * Lock order: s->lock, then a waiter's lock (callbacks complete commands
+ * with s->lock held).  Nothing else is taken under either.
  */
 #include <config.h>
 
@@ -54,48 +62,43 @@ struct lg_session {
   int open_errno;
   char open_err[256];
 
-  pthread_mutex_t lock; /* protects queue, stopping */
-  struct lg_cmd *queue_head, *queue_tail;
+  pthread_mutex_t lock; /* protects ctx (after open), stopping, dead */
   bool stopping;
 
   atomic_uint load; /* submitted and not completed */
-  bool dead;        /* loop thread: connection lost */
+  bool dead;        /* connection lost */
   char dead_msg[160];
 };
 
 /* ---- waiters ---- */
 
 void
-lg_waiter_init (struct lg_waiter *w)
+lg_waiter_init (struct lg_waiter *w, unsigned n)
 {
-  pthread_mutex_init (&w->lock, NULL);
-  pthread_cond_init (&w->cond, NULL);
-  w->pending = 0;
+  atomic_init (&w->pending, n);
+  sem_init (&w->sem, 0, 0);
 }
 
 void
 lg_waiter_destroy (struct lg_waiter *w)
 {
-  pthread_cond_destroy (&w->cond);
-  pthread_mutex_destroy (&w->lock);
+  sem_destroy (&w->sem);
 }
 
 void
 lg_waiter_wait (struct lg_waiter *w)
 {
-  pthread_mutex_lock (&w->lock);
-  while (w->pending > 0)
-    pthread_cond_wait (&w->cond, &w->lock);
-  pthread_mutex_unlock (&w->lock);
+  if (atomic_load (&w->pending) == 0)
+    return;
+  while (sem_wait (&w->sem) < 0 && errno == EINTR)
+    ;
 }
 
-static void
-waiter_done (struct lg_waiter *w)
+void
+lg_waiter_done (struct lg_waiter *w)
 {
-  pthread_mutex_lock (&w->lock);
-  if (--w->pending == 0)
-    pthread_cond_broadcast (&w->cond);
-  pthread_mutex_unlock (&w->lock);
+  if (atomic_fetch_sub (&w->pending, 1) == 1)
+    sem_post (&w->sem);
 }
 
 /* ---- login parameters ---- */
@@ -195,7 +198,7 @@ static void
 complete (struct lg_session *s, struct lg_cmd *cmd)
 {
   atomic_fetch_sub (&s->load, 1);
-  waiter_done (cmd->waiter);
+  lg_waiter_done (cmd->waiter);
 }
 
 static void issue (struct lg_session *s, struct lg_cmd *cmd);
@@ -477,41 +480,63 @@ connection_lost (struct lg_session *s)
   iscsi_scsi_cancel_all_tasks (s->ctx);
 }
 
+/* One turn of the main loop: poll without the lock, service with it. */
+static void
+loop_turn (struct lg_session *s, int64_t *last)
+{
+  struct pollfd pfd[2];
+  int64_t now;
+
+  pthread_mutex_lock (&s->lock);
+  pfd[0].fd = iscsi_get_fd (s->ctx);
+  pfd[0].events = s->dead ? 0 : (short) iscsi_which_events (s->ctx);
+  pthread_mutex_unlock (&s->lock);
+  pfd[0].revents = 0;
+  pfd[1].fd = s->efd;
+  pfd[1].events = POLLIN;
+  pfd[1].revents = 0;
+  if (poll (pfd, 2, SERVICE_INTERVAL_MS) < 0 && errno != EINTR) {
+    lg_error ("%s: poll: %m", s->portal);
+    return;
+  }
+  if (pfd[1].revents & POLLIN) {
+    uint64_t v;
+
+    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+      lg_debug ("eventfd read: %m");
+  }
+  now = now_ms ();
+  if (pfd[0].revents == 0 && now - *last < SERVICE_INTERVAL_MS)
+    return;
+  *last = now;
+  pthread_mutex_lock (&s->lock);
+  if (!s->dead && iscsi_service (s->ctx, pfd[0].revents) < 0)
+    connection_lost (s);
+  pthread_mutex_unlock (&s->lock);
+}
+
 static void *
 loop (void *arg)
 {
   struct lg_session *s = arg;
   int64_t last = now_ms ();
+  bool stop = false;
 
   if (connect_and_login (s) < 0) {
-    waiter_done (&s->opened);
+    lg_waiter_done (&s->opened);
     return NULL;
   }
-  waiter_done (&s->opened);
+  lg_waiter_done (&s->opened);
 
-  for (;;) {
-    struct lg_cmd *list;
-    bool stop;
-
+  while (!stop) {
+    loop_turn (s, &last);
     pthread_mutex_lock (&s->lock);
-    list = s->queue_head;
-    s->queue_head = s->queue_tail = NULL;
     stop = s->stopping;
     pthread_mutex_unlock (&s->lock);
-
-    while (list) {
-      struct lg_cmd *next = list->next;
-
-      issue (s, list);
-      list = next;
-    }
-    if (stop)
-      break;
-    if (service_once (s, SERVICE_INTERVAL_MS, &last) < 0 && !s->dead)
-      connection_lost (s);
   }
 
-  /* Log out politely, bounded: the target frees the session at once. */
+  /* Log out politely, bounded: the target frees the session at once.  No
+   * submitter is left (close requires it), so the lock is not needed. */
   if (!s->dead && iscsi_logout_async (s->ctx, logout_cb, s) == 0) {
     int64_t deadline = now_ms () + 2000;
 
@@ -542,8 +567,17 @@ lg_session_open (const struct lg_login *login, const char *portal,
   snprintf (s->initiator, sizeof s->initiator, "%s", login->initiator_name);
   s->connect_timeout = login->connect_timeout > 0 ? login->connect_timeout
                                                   : LG_DEFAULT_CONNECT_TIMEOUT;
-  pthread_mutex_init (&s->lock, NULL);
-  lg_waiter_init (&s->opened);
+  {
+    pthread_mutexattr_t a;
+
+    /* Held for microseconds by several threads: spin a little before
+     * sleeping. */
+    pthread_mutexattr_init (&a);
+    pthread_mutexattr_settype (&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init (&s->lock, &a);
+    pthread_mutexattr_destroy (&a);
+  }
+  lg_waiter_init (&s->opened, 1);
 
   s->ctx = iscsi_create_context (login->initiator_name);
   if (s->ctx == NULL) {
@@ -560,6 +594,9 @@ lg_session_open (const struct lg_login *login, const char *portal,
   /* Reconnection is ours to do (and to bound); libiscsi's would re-send
    * queued commands behind our back. */
   iscsi_set_noautoreconnect (s->ctx, 1);
+  /* Reuse libiscsi's small allocations (PDUs, tasks' buffers) instead of
+   * a malloc and free per command. */
+  iscsi_set_cache_allocations (s->ctx, 1);
   iscsi_set_header_digest (s->ctx,
                            login->header_digest ? ISCSI_HEADER_DIGEST_CRC32C
                                                 : ISCSI_HEADER_DIGEST_NONE);
@@ -588,7 +625,6 @@ lg_session_open (const struct lg_login *login, const char *portal,
   if (login->io_timeout > 0)
     iscsi_set_timeout (s->ctx, login->io_timeout);
 
-  s->opened.pending = 1;
   if ((saved = pthread_create (&s->thread, NULL, loop, s)) != 0) {
     snprintf (err, errlen, "pthread_create: %s", strerror (saved));
     goto err;
@@ -628,6 +664,8 @@ wake (struct lg_session *s)
 void
 lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
 {
+  bool need_wake = false;
+
   cmd->session = s;
   cmd->next = NULL;
   cmd->retries = 0;
@@ -635,13 +673,19 @@ lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
   cmd->msg[0] = '\0';
   atomic_fetch_add (&s->load, 1);
   pthread_mutex_lock (&s->lock);
-  if (s->queue_tail)
-    s->queue_tail->next = cmd;
-  else
-    s->queue_head = cmd;
-  s->queue_tail = cmd;
+  issue (s, cmd);
+  /* Write it now, on this thread: the socket is non-blocking, and what
+   * does not fit is left for the loop thread, which must then poll for
+   * POLLOUT. */
+  if (!s->dead && (iscsi_which_events (s->ctx) & POLLOUT)) {
+    if (iscsi_service (s->ctx, POLLOUT) < 0)
+      connection_lost (s);
+    else
+      need_wake = (iscsi_which_events (s->ctx) & POLLOUT) != 0;
+  }
   pthread_mutex_unlock (&s->lock);
-  wake (s);
+  if (need_wake)
+    wake (s);
 }
 
 void
@@ -649,8 +693,7 @@ lg_session_exec (struct lg_session *s, struct lg_cmd *cmd)
 {
   struct lg_waiter w;
 
-  lg_waiter_init (&w);
-  w.pending = 1;
+  lg_waiter_init (&w, 1);
   cmd->waiter = &w;
   lg_session_submit (s, cmd);
   lg_waiter_wait (&w);

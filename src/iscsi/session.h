@@ -13,6 +13,8 @@
 #define LG_SESSION_H
 
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,16 +42,21 @@ struct lg_login {
 int lg_login_init (struct lg_login *l);
 void lg_login_clear (struct lg_login *l);
 
-/* A group of commands waited on together (one request split in chunks). */
+/* A group of commands waited on together (one request split in chunks).
+ * No mutex: the last completion posts a semaphore, so a completing loop
+ * thread never holds a lock the woken caller must take (glibc's sem_post
+ * is safe against the waiter destroying the semaphore at once). */
 struct lg_waiter {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  unsigned pending;
+  atomic_uint pending;
+  sem_t sem;
 };
 
-void lg_waiter_init (struct lg_waiter *w);
+/* Expect n completions. */
+void lg_waiter_init (struct lg_waiter *w, unsigned n);
 void lg_waiter_destroy (struct lg_waiter *w);
 void lg_waiter_wait (struct lg_waiter *w);
+/* One completion (for a command that was never submitted, say). */
+void lg_waiter_done (struct lg_waiter *w);
 
 enum lg_cmd_kind {
   LG_CMD_SCSI,
