@@ -21,6 +21,8 @@ static const struct {
 } commands[] = {
   { "discover", lg_cmd_discover, "list a portal's targets and their LUNs" },
   { "info", lg_cmd_info, "show what a LUN is and what it supports" },
+  { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
+  { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
 };
 
 static void

@@ -14,14 +14,16 @@ for p in "$man"/*.pod; do
     fail "podchecker warnings in $p"
   fi
 done
-for c in discover info; do
-  [ -f "$man/lungate-$c.pod" ] || fail "no man page for lungate $c"
-  for opt in $("$LUNGATE" "$c" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
-    grep -q -- "B<$opt>" "$man/lungate-$c.pod" "$man/lungate.pod" \
+for c in discover info format verify; do
+  page="$man/lungate-$c.pod"
+  [ -f "$page" ] || page="$man/lungate-$c.1.pod"
+  [ -f "$page" ] || fail "no man page for lungate $c"
+  for opt in $("$LUNGATE" "$c" --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u); do
+    grep -q -- "B<$opt>" "$page" "$man/lungate.pod" \
       || fail "lungate $c: $opt is in --help but in no man page"
   done
 done
-for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
+for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u); do
   grep -q -- "B<$opt>" "$man/lungate.pod" || fail "lungate.pod lacks $opt"
 done
 # Every parameter the plugin's --help names is in its man page.

@@ -27,6 +27,7 @@
 
 #include "dev/dev.h"
 #include "dev/iscsi.h"
+#include "dev/stack.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
 #include "iscsi/session.h"
@@ -47,13 +48,24 @@ static struct lg_url purl;
 static struct lg_login login;
 static unsigned connections = DEFAULT_CONNECTIONS;
 
-/* After after_fork: the pool and one device per exported LUN. */
+/* Key for lungate-formatted LUNs (sodium memory), if given. */
+static uint8_t *keyfile;
+static char *passphrase;
+
+/* After after_fork: the pool and one device stack per exported LUN. */
+struct export
+{
+  struct lg_dev *dev;      /* the stack: crypt layer over the LUN, or the LUN */
+  struct lg_lun_info info; /* what the LUN is */
+  bool crypt;
+};
 static struct lg_pool *pool;
-static size_t ndevs;
-static struct lg_dev **devs;
+static size_t nexports;
+static struct export *exports;
 
 struct handle {
   struct lg_dev *dev;
+  const struct export *e;
 };
 
 static void
@@ -78,9 +90,12 @@ lungate_load (void)
 static void
 lungate_unload (void)
 {
-  for (size_t i = 0; i < ndevs; i++)
-    lg_dev_close (devs[i]);
-  free (devs);
+  for (size_t i = 0; i < nexports; i++)
+    lg_dev_close (exports[i].dev);
+  free (exports);
+  if (keyfile)
+    sodium_free (keyfile);
+  lg_secret_free (passphrase);
   lg_pool_close (pool);
   lg_url_clear (&purl);
   lg_login_clear (&login);
@@ -181,6 +196,14 @@ lungate_config (const char *key, const char *value)
     }
     return 0;
   }
+  if (strcmp (key, "key-file") == 0) {
+    if (keyfile)
+      sodium_free (keyfile);
+    keyfile = lg_keyfile_read (value);
+    return keyfile ? 0 : -1;
+  }
+  if (strcmp (key, "passphrase") == 0)
+    return read_secret (key, value, &passphrase);
   if (strcmp (key, "timeout") == 0)
     return parse_seconds (key, value, 0, &login.io_timeout);
   if (strcmp (key, "connect-timeout") == 0)
@@ -240,7 +263,20 @@ lungate_config_complete (void)
   "connections=N        iSCSI connections in the pool (default 4).\n"          \
   "header-digest=none|crc32c  Header digest (default none).\n"                 \
   "timeout=SECONDS      Per-command timeout, 0 for none (default 60).\n"       \
-  "connect-timeout=SECONDS  Login timeout (default 10)."
+  "connect-timeout=SECONDS  Login timeout (default 10).\n"                     \
+  "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
+  "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
+  "                     (-: prompt, +FILE, -FD)."
+
+static const struct lg_keysrc *
+keysrc (void)
+{
+  static struct lg_keysrc ks;
+
+  ks.keyfile = keyfile;
+  ks.passphrase = passphrase;
+  return &ks;
+}
 
 /* Before nbdkit forks to the background (and before --run starts its
  * command): log in once and look at the LUN, so that a wrong URL, secret
@@ -270,9 +306,38 @@ lungate_get_ready (void)
                     li.type_name);
       r = -1;
     }
+    else {
+      /* The key, too: a wrong one is an error now, not at first read. */
+      struct lg_dev *d
+          = lg_iscsi_dev_open (p, false, purl.lun, true, err, sizeof err);
+
+      if (d)
+        d = lg_stack_wrap (d, keysrc (), 0, err, sizeof err);
+      if (d == NULL) {
+        nbdkit_error ("%s", err);
+        r = -1;
+      }
+      lg_dev_close (d);
+    }
   }
   lg_pool_close (p);
   return r;
+}
+
+/* Stacks the crypt layer on d when the LUN is a lungate volume, and adds
+ * the export.  d is consumed either way. */
+static int
+add_export (struct lg_dev *d, char *err, size_t errlen)
+{
+  struct export *e = &exports[nexports];
+
+  e->info = *lg_iscsi_dev_info (d);
+  e->dev = lg_stack_wrap (d, keysrc (), 0, err, errlen);
+  if (e->dev == NULL)
+    return -1;
+  e->crypt = e->dev != d;
+  nexports++;
+  return 0;
 }
 
 /* Opens the pool and the devices: once, after nbdkit forked. */
@@ -300,8 +365,8 @@ lungate_after_fork (void)
     nbdkit_error ("%s", err);
     return -1;
   }
-  devs = calloc (n ? n : 1, sizeof *devs);
-  if (devs == NULL) {
+  exports = calloc (n ? n : 1, sizeof *exports);
+  if (exports == NULL) {
     free (luns);
     return -1;
   }
@@ -320,10 +385,17 @@ lungate_after_fork (void)
       nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
       continue;
     }
-    devs[ndevs++] = d;
+    if (add_export (d, err, sizeof err) < 0) {
+      if (purl.kind == LG_URL_LUN) {
+        nbdkit_error ("%s", err);
+        free (luns);
+        return -1;
+      }
+      nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
+    }
   }
   free (luns);
-  if (ndevs == 0) {
+  if (nexports == 0) {
     nbdkit_error ("%s: the target has no disk LUN to export", purl.target);
     return -1;
   }
@@ -331,24 +403,19 @@ lungate_after_fork (void)
 }
 
 static int
-lun_of (const struct lg_dev *d)
-{
-  return lg_iscsi_dev_info (d)->lun;
-}
-
-static int
 lungate_list_exports (int readonly, int is_tls, struct nbdkit_exports *e)
 {
   (void) readonly;
   (void) is_tls;
-  for (size_t i = 0; i < ndevs; i++) {
-    const struct lg_lun_info *li = lg_iscsi_dev_info (devs[i]);
-    char name[32], desc[128], hs[32];
+  for (size_t i = 0; i < nexports; i++) {
+    const struct lg_lun_info *li = &exports[i].info;
+    char name[32], desc[160], hs[32];
 
     snprintf (name, sizeof name, "lun%d", li->lun);
-    snprintf (desc, sizeof desc, "%s %s, %s, %u-byte blocks", li->vendor,
-              li->product, lg_human_size (li->size, hs, sizeof hs),
-              li->block_size);
+    snprintf (desc, sizeof desc, "%s %s, %s, %u-byte blocks%s", li->vendor,
+              li->product, lg_human_size (exports[i].dev->size, hs, sizeof hs),
+              exports[i].dev->block_size,
+              exports[i].crypt ? ", lungate volume" : "");
     if (nbdkit_add_export (e, name, desc) < 0)
       return -1;
   }
@@ -362,28 +429,28 @@ lungate_default_export (int readonly, int is_tls)
 
   (void) readonly;
   (void) is_tls;
-  snprintf (name, sizeof name, "lun%d", lun_of (devs[0]));
+  snprintf (name, sizeof name, "lun%d", exports[0].info.lun);
   return name;
 }
 
-/* Finds the device an export name asks for. */
-static struct lg_dev *
-find_dev (const char *name)
+/* Finds the export an export name asks for. */
+static const struct export *
+find_export (const char *name)
 {
   char *end;
   long lun;
 
   if (name[0] == '\0')
-    return devs[0];
+    return &exports[0];
   if (strncmp (name, "lun", 3) != 0)
     return NULL;
   errno = 0;
   lun = strtol (name + 3, &end, 10);
   if (errno || end == name + 3 || *end)
     return NULL;
-  for (size_t i = 0; i < ndevs; i++)
-    if (lun_of (devs[i]) == lun)
-      return devs[i];
+  for (size_t i = 0; i < nexports; i++)
+    if (exports[i].info.lun == lun)
+      return &exports[i];
   return NULL;
 }
 
@@ -392,10 +459,10 @@ lungate_open (int readonly)
 {
   const char *name = nbdkit_export_name ();
   struct handle *h;
-  struct lg_dev *d = find_dev (name ? name : "");
+  const struct export *e = find_export (name ? name : "");
 
   (void) readonly;
-  if (d == NULL) {
+  if (e == NULL) {
     nbdkit_error ("export '%s' does not exist: exports are lun<N>, see "
                   "nbdinfo --list",
                   name);
@@ -407,7 +474,8 @@ lungate_open (int readonly)
     nbdkit_error ("malloc: %m");
     return NULL;
   }
-  h->dev = d;
+  h->e = e;
+  h->dev = e->dev;
   return h;
 }
 
@@ -421,7 +489,7 @@ static const char *
 lungate_export_description (void *handle)
 {
   struct handle *h = handle;
-  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+  const struct lg_lun_info *li = &h->e->info;
 
   return nbdkit_printf_intern ("%s LUN %d: %s %s", purl.target, li->lun,
                                li->vendor, li->product);
@@ -440,9 +508,15 @@ lungate_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
                     uint32_t *maximum)
 {
   struct handle *h = handle;
-  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+  const struct lg_lun_info *li = &h->e->info;
   uint64_t max = MAX_REQUEST;
 
+  if (h->e->crypt) {
+    /* Units are 4 KiB; smaller writes are read-modify-write. */
+    *minimum = *preferred = LG_UNIT_SIZE;
+    *maximum = MAX_REQUEST;
+    return 0;
+  }
   *minimum = h->dev->block_size;
   *preferred = h->dev->pref_block_size > 4096 ? h->dev->pref_block_size : 4096;
   if (li->max_xfer_blocks
@@ -497,10 +571,13 @@ static int
 lungate_can_fast_zero (void *handle)
 {
   struct handle *h = handle;
-  const struct lg_lun_info *li = lg_iscsi_dev_info (h->dev);
+  const struct lg_lun_info *li = &h->e->info;
 
-  /* Fast only where WRITE SAME can deallocate; otherwise zeroing is
-   * writing, and a fast-zero request fails at once with ENOTSUP. */
+  /* On a lungate volume zeroing writes metadata only.  Otherwise fast
+   * only where WRITE SAME can deallocate; elsewhere zeroing is writing,
+   * and a fast-zero request fails at once with ENOTSUP. */
+  if (h->e->crypt)
+    return 1;
   return h->dev->can_zero && li->lbprz;
 }
 

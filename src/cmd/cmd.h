@@ -8,6 +8,7 @@
 
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "iscsi/session.h"
 #include "iscsi/url.h"
@@ -19,6 +20,8 @@
 
 int lg_cmd_discover (int argc, char **argv);
 int lg_cmd_info (int argc, char **argv);
+int lg_cmd_format (int argc, char **argv);
+int lg_cmd_verify (int argc, char **argv);
 
 /* Long options shared by the commands that log in (their values are >=
  * 0x100, so they do not clash with short options). */
@@ -35,6 +38,9 @@ enum {
   OPT_HEADER_DIGEST,
   OPT_CONNECT_TIMEOUT,
   OPT_JSON,
+  OPT_KEY_FILE,
+  OPT_PASSPHRASE_FILE,
+  OPT_PASSPHRASE_FD,
   OPT_LOGIN_LAST,
 };
 
@@ -56,7 +62,34 @@ enum {
     "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT            \
   }
 
+#define LG_KEY_OPTIONS                                                         \
+  { "key-file", required_argument, NULL, OPT_KEY_FILE },                       \
+      { "passphrase-file", required_argument, NULL, OPT_PASSPHRASE_FILE },     \
+  {                                                                            \
+    "passphrase-fd", required_argument, NULL, OPT_PASSPHRASE_FD                \
+  }
+
 extern const char lg_login_help[];
+extern const char lg_key_help[];
+
+/* Keys given on the command line, in sodium memory. */
+struct lg_cmd_keys {
+  uint8_t *keyfile;
+  char *passphrase;
+};
+
+/* Handles one key option: 1 if it was one, 0 if not, -1 on error. */
+int lg_key_option (struct lg_cmd_keys *k, int c, const char *arg);
+void lg_cmd_keys_clear (struct lg_cmd_keys *k);
+
+struct lg_dev;
+struct lg_pool;
+
+/* Logs in and opens the raw LUN of a LUN URL (the device owns its pool
+ * of `connections' sessions).  NULL with the reason reported. */
+struct lg_dev *lg_cmd_open_lun (const struct lg_url *u,
+                                const struct lg_login *l, unsigned connections,
+                                bool read_only);
 
 /* Handles one login option: 1 if it was one, 0 if not, -1 on a bad value
  * (already reported). */

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <errno.h>
+
 #include "cmd/cmd.h"
+#include "crypt/header.h"
+#include "dev/iscsi.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
 #include "util/fmt.h"
@@ -113,7 +117,76 @@ print_json (const char *url, const struct lg_lun_info *li)
             tf (li->write_protected));
     lg_json_string (stdout, sup);
   }
-  printf ("}\n");
+  /* The caller adds the volume fields and closes the object. */
+}
+
+/* The lungate header, if the LUN holds one: never a secret, only what
+ * anyone with the LUN can read. */
+static void
+print_volume (struct lg_pool *p, int lun, bool json)
+{
+  struct lg_dev *d;
+  struct lg_header h;
+  char err[512], uuid[40];
+  int r;
+
+  d = lg_iscsi_dev_open (p, false, lun, true, err, sizeof err);
+  if (d == NULL)
+    return;
+  r = lg_header_read (d, &h, err, sizeof err);
+  if (r < 0 && errno == ENOENT) {
+    printf (json ? ", \"lungate_volume\": false" : "lungate-volume: no\n");
+    goto out;
+  }
+  if (r < 0) {
+    if (json) {
+      printf (", \"lungate_volume\": \"damaged\", \"volume_error\": ");
+      lg_json_string (stdout, err);
+    }
+    else
+      printf ("lungate-volume: damaged: %s\n", err);
+    goto out;
+  }
+  for (int i = 0; i < 16; i++)
+    snprintf (uuid + 2 * i, 3, "%02x", h.uuid[i]);
+  if (json) {
+    printf (", \"lungate_volume\": true, \"volume_mode\": \"%s\", "
+            "\"volume_uuid\": \"%s\", \"volume_lazy\": %s, "
+            "\"volume_units\": %" PRIu64 ", \"volume_size\": %" PRIu64
+            ", \"volume_metadata_offset\": %" PRIu64
+            ", \"volume_data_offset\": %" PRIu64
+            ", \"volume_header_seq\": %" PRIu64 ", \"volume_key_slots\": [",
+            h.mode == LG_MODE_AEAD ? "aead" : "mac", uuid,
+            tf (h.flags & LG_HDR_FLAG_LAZY), h.nunits, h.nunits * LG_UNIT_SIZE,
+            h.md_offset, h.data_offset, h.seq);
+    for (int i = 0, n = 0; i < LG_KEYSLOTS; i++)
+      if (h.slots[i].kind != LG_SLOT_EMPTY)
+        printf ("%s{\"slot\": %d, \"kind\": \"%s\"}", n++ ? ", " : "", i,
+                h.slots[i].kind == LG_SLOT_PASSPHRASE ? "passphrase"
+                                                      : "key-file");
+    printf ("]");
+  }
+  else {
+    printf ("lungate-volume: yes\n");
+    printf ("volume-mode: %s%s\n", h.mode == LG_MODE_AEAD ? "aead" : "mac",
+            (h.flags & LG_HDR_FLAG_LAZY) ? " (lazy)" : "");
+    printf ("volume-uuid: %s\n", uuid);
+    printf ("volume-size: %" PRIu64 " bytes (%" PRIu64 " units of %d)\n",
+            h.nunits * LG_UNIT_SIZE, h.nunits, LG_UNIT_SIZE);
+    printf ("volume-metadata: %" PRIu64 "+%" PRIu64 "\n", h.md_offset,
+            h.md_size);
+    printf ("volume-data-offset: %" PRIu64 "\n", h.data_offset);
+    printf ("volume-header-seq: %" PRIu64 "\n", h.seq);
+    printf ("volume-key-slots:");
+    for (int i = 0; i < LG_KEYSLOTS; i++)
+      if (h.slots[i].kind != LG_SLOT_EMPTY)
+        printf (" %d:%s", i,
+                h.slots[i].kind == LG_SLOT_PASSPHRASE ? "passphrase"
+                                                      : "key-file");
+    printf ("\n");
+  }
+out:
+  lg_dev_close (d);
 }
 
 int
@@ -182,6 +255,10 @@ lg_cmd_info (int argc, char **argv)
     print_json (url, &li);
   else
     print_text (url, &li);
+  if (li.is_disk && !li.no_medium)
+    print_volume (p, u.lun, json);
+  if (json)
+    printf ("}\n");
   status = LG_EXIT_OK;
 
 out:

@@ -9,7 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "cmd/cmd.h"
+#include "crypt/crypt.h"
+#include "dev/iscsi.h"
+#include "iscsi/pool.h"
 #include "util/log.h"
 #include "util/secret.h"
 
@@ -172,4 +177,65 @@ lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l)
     return -1;
   }
   return 0;
+}
+
+const char lg_key_help[]
+    = "Key options (encrypted and integrity-protected LUNs):\n"
+      "  --key-file FILE              a 32-byte key file\n"
+      "  --passphrase-file FILE       the passphrase: first line of FILE\n"
+      "                               ('-' reads standard input)\n"
+      "  --passphrase-fd N            the passphrase from file descriptor N\n";
+
+int
+lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
+{
+  long v;
+
+  switch (c) {
+  case OPT_KEY_FILE:
+    if (k->keyfile)
+      sodium_free (k->keyfile);
+    k->keyfile = lg_keyfile_read (arg);
+    return k->keyfile ? 1 : -1;
+  case OPT_PASSPHRASE_FILE:
+    return set_secret (&k->passphrase, lg_secret_from_file (arg));
+  case OPT_PASSPHRASE_FD:
+    if (parse_int ("--passphrase-fd", arg, 0, INT_MAX, &v) < 0)
+      return -1;
+    return set_secret (&k->passphrase,
+                       lg_secret_from_fd ((int) v, "passphrase fd"));
+  default:
+    return 0;
+  }
+}
+
+void
+lg_cmd_keys_clear (struct lg_cmd_keys *k)
+{
+  if (k->keyfile)
+    sodium_free (k->keyfile);
+  lg_secret_free (k->passphrase);
+  k->keyfile = NULL;
+  k->passphrase = NULL;
+}
+
+struct lg_dev *
+lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
+                 unsigned connections, bool read_only)
+{
+  char err[512];
+  struct lg_pool *p;
+  struct lg_dev *d;
+
+  p = lg_pool_open (l, u->portal, u->target, connections, err, sizeof err);
+  if (p == NULL) {
+    lg_error ("%s", err);
+    return NULL;
+  }
+  d = lg_iscsi_dev_open (p, true, u->lun, read_only, err, sizeof err);
+  if (d == NULL) {
+    lg_error ("%s", err);
+    lg_pool_close (p);
+  }
+  return d;
 }

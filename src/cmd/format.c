@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate format: write a lungate header (and, unless --lazy, a sealed
+ * ZERO slot for every unit) on a LUN.  Main thread. */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "cmd/cmd.h"
+#include "crypt/crypt.h"
+#include "crypt/header.h"
+#include "dev/dev.h"
+#include "util/fmt.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+enum { OPT_MODE = OPT_LOGIN_LAST + 1, OPT_LAZY, OPT_FORCE, OPT_ARGON2 };
+
+static const char usage[]
+    = "Usage: lungate format [OPTIONS] --mode aead|mac (--key-file F | "
+      "--passphrase-file F)\n"
+      "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+      "\n"
+      "Make the LUN an encrypted (aead) or integrity-protected (mac) volume:\n"
+      "write the lungate header with one key slot and seal every unit.  All\n"
+      "data on the LUN is lost.\n"
+      "\n"
+      "Options:\n"
+      "  --mode aead|mac              aead: XChaCha20-Poly1305 (default);\n"
+      "                               mac: plaintext with a Poly1305 tag\n"
+      "  --lazy                       do not seal every unit (fast on huge\n"
+      "                               LUNs): a unit whose metadata is wiped\n"
+      "                               then reads as zeroes instead of failing\n"
+      "  --argon2 interactive|moderate  passphrase hashing cost (default\n"
+      "                               moderate)\n"
+      "  --force                      format a LUN that holds a lungate "
+      "header\n"
+      "                               or looks in use\n"
+      "  -h, --help                   this help\n"
+      "\n";
+
+static void
+progress (uint64_t done, uint64_t total)
+{
+  lg_progress (done, total);
+}
+
+/* Non-zero bytes in the first MiB: a partition table or a file system. */
+static int
+looks_used (struct lg_dev *d, bool *used)
+{
+  static uint8_t buf[1 << 20];
+  size_t n = d->size < sizeof buf ? (size_t) d->size : sizeof buf;
+
+  if (lg_dev_pread (d, buf, n, 0) < 0)
+    return -1;
+  *used = false;
+  for (size_t i = 0; i < n; i++)
+    if (buf[i]) {
+      *used = true;
+      break;
+    }
+  return 0;
+}
+
+int
+lg_cmd_format (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    LG_LOGIN_OPTIONS,
+    LG_KEY_OPTIONS,
+    { "mode", required_argument, NULL, OPT_MODE },
+    { "lazy", no_argument, NULL, OPT_LAZY },
+    { "force", no_argument, NULL, OPT_FORCE },
+    { "argon2", required_argument, NULL, OPT_ARGON2 },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct lg_login login;
+  struct lg_cmd_keys keys = { 0 };
+  struct lg_url u = { 0 };
+  struct lg_dev *raw = NULL, *cd = NULL;
+  struct lg_header h;
+  uint8_t *mk = NULL;
+  uint8_t hb[LG_HDR_SIZE];
+  char err[512], hs[32];
+  uint32_t mode = LG_MODE_AEAD;
+  uint64_t ops = crypto_pwhash_OPSLIMIT_MODERATE;
+  uint64_t mem = crypto_pwhash_MEMLIMIT_MODERATE;
+  bool lazy = false, force = false, used;
+  int c, status = LG_EXIT_FAIL;
+
+  if (lg_login_init (&login) < 0)
+    return LG_EXIT_FAIL;
+  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+    int r = lg_login_option (&login, c, optarg);
+
+    if (r == 0)
+      r = lg_key_option (&keys, c, optarg);
+    if (r < 0)
+      goto out;
+    if (r > 0)
+      continue;
+    switch (c) {
+    case OPT_MODE:
+      if (strcmp (optarg, "aead") == 0)
+        mode = LG_MODE_AEAD;
+      else if (strcmp (optarg, "mac") == 0)
+        mode = LG_MODE_MAC;
+      else {
+        lg_error ("--mode: '%s': want aead or mac", optarg);
+        goto out;
+      }
+      break;
+    case OPT_ARGON2:
+      if (strcmp (optarg, "interactive") == 0) {
+        ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
+        mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
+      }
+      else if (strcmp (optarg, "moderate") != 0) {
+        lg_error ("--argon2: '%s': want interactive or moderate", optarg);
+        goto out;
+      }
+      break;
+    case OPT_LAZY:
+      lazy = true;
+      break;
+    case OPT_FORCE:
+      force = true;
+      break;
+    case 'h':
+      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
+      status = LG_EXIT_OK;
+      goto out;
+    default:
+      status = lg_usage_error ("format", "unknown option");
+      goto out;
+    }
+  }
+  if (argc - optind != 1) {
+    status = lg_usage_error ("format", "expected one LUN URL");
+    goto out;
+  }
+  if ((keys.keyfile == NULL) == (keys.passphrase == NULL)) {
+    status = lg_usage_error ("format",
+                             "give one of --key-file and "
+                             "--passphrase-file");
+    goto out;
+  }
+  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+    goto out;
+  if (u.kind != LG_URL_LUN) {
+    lg_error ("invalid URL '%s': format needs a LUN URL", argv[optind]);
+    goto out;
+  }
+  raw = lg_cmd_open_lun (&u, &login, 4, false);
+  if (raw == NULL)
+    goto out;
+  if (raw->read_only) {
+    lg_error ("%s: the LUN is read-only", raw->name);
+    goto out;
+  }
+
+  /* Refuse to destroy what looks like data, unless told to. */
+  if (lg_dev_pread (raw, hb, sizeof hb, 0) < 0)
+    goto out;
+  if (!force && lg_header_has_magic (hb)) {
+    lg_error ("%s: the LUN already holds a lungate header: use --force to "
+              "format it again (its data is lost)",
+              raw->name);
+    goto out;
+  }
+  if (!force) {
+    if (looks_used (raw, &used) < 0)
+      goto out;
+    if (used) {
+      lg_error ("%s: the first MiB of the LUN is not empty (a partition "
+                "table or a file system?): use --force to format it anyway",
+                raw->name);
+      goto out;
+    }
+  }
+
+  memset (&h, 0, sizeof h);
+  if (lg_header_geometry (&h, raw->size) < 0) {
+    lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
+              "volume",
+              raw->name, raw->size);
+    goto out;
+  }
+  h.version = LG_HDR_VERSION;
+  h.mode = mode;
+  h.flags = lazy ? LG_HDR_FLAG_LAZY : 0;
+  randombytes_buf (h.uuid, sizeof h.uuid);
+  mk = sodium_malloc (LG_KEY_BYTES);
+  if (mk == NULL)
+    goto out;
+  crypto_kdf_keygen (mk);
+  if ((keys.keyfile
+           ? lg_keyslot_set_keyfile (&h, 0, mk, keys.keyfile)
+           : lg_keyslot_set_passphrase (&h, 0, mk, keys.passphrase, ops, mem))
+      < 0) {
+    lg_error ("cannot set up the key slot: %m");
+    goto out;
+  }
+  lg_header_set_mac (&h, mk);
+
+  /* The metadata first, the header last: a LUN is a lungate volume only
+   * once everything under the header is in place. */
+  cd = lg_crypt_open (raw, false, &h, mk, 0, err, sizeof err);
+  if (cd == NULL) {
+    lg_error ("%s", err);
+    goto out;
+  }
+  /* Wipe any old header copies and metadata, and (unless lazy) the data:
+   * a sealed ZERO unit is authentic only over zeroed bytes.  On a
+   * thin-provisioned LUN this deallocates and is quick. */
+  lg_progress_start ("format: zeroing");
+  if (lg_dev_zero (raw, lazy ? h.data_offset : raw->size, 0, LG_MAY_TRIM) < 0) {
+    lg_progress_end ();
+    goto out;
+  }
+  lg_progress_end ();
+  if (!lazy) {
+    lg_progress_start ("format: sealing units");
+    if (lg_crypt_init_units (cd, 0, h.nunits, progress) < 0) {
+      lg_progress_end ();
+      lg_error ("%s: writing the metadata failed: %m", raw->name);
+      goto out;
+    }
+    lg_progress_end ();
+  }
+  if (lg_header_write (raw, &h) < 0) {
+    lg_error ("%s: writing the header failed: %m", raw->name);
+    goto out;
+  }
+  printf ("formatted %s: mode %s%s, %" PRIu64 " units, %s usable\n", raw->name,
+          mode == LG_MODE_AEAD ? "aead" : "mac", lazy ? " (lazy)" : "",
+          h.nunits, lg_human_size (h.nunits * LG_UNIT_SIZE, hs, sizeof hs));
+  status = LG_EXIT_OK;
+
+out:
+  lg_dev_close (cd);
+  lg_dev_close (raw);
+  if (mk)
+    sodium_free (mk);
+  lg_cmd_keys_clear (&keys);
+  lg_url_clear (&u);
+  lg_login_clear (&login);
+  return status;
+}

@@ -1,0 +1,1095 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The crypt layer's block device.
+ *
+ * Unit i (4096 bytes) lives at data_offset + i * 4096 on the lower device;
+ * its two metadata slots live in metadata block i / 42, at (i % 42) * 96.
+ * A slot is nonce (24) | tag (16) | u64le seq << 8 | flags; the tag binds
+ * the volume UUID, the unit index and the slot's seq and flags.
+ *
+ * Writes: under the write lock of the metadata block, put the new nonce
+ * and tag in the slot that does NOT authenticate what is on disk now
+ * (known from this session, or found by reading and checking the old
+ * data), write the metadata block, wait for it, then write the data.  A
+ * crash at any point leaves the old data with its old slot, or the new
+ * data with its new slot.  Reads accept whichever slot authenticates.
+ *
+ * Threads: any number.  Each metadata block is guarded by a striped
+ * rwlock (readers shared, writers exclusive); a request locks its stripes
+ * in ascending order.  The metadata cache has its own mutex, taken only
+ * briefly and never while waiting for I/O; its entries are pinned while a
+ * request uses them and only changed under the block's write lock.
+ * Lock order: stripe locks (ascending), then the cache mutex.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "crypt/crypt.h"
+#include "util/log.h"
+
+#define STRIPES 256
+#define DEFAULT_CACHE 1024
+#define SLOT_FLAG_ZERO 0x1
+#define SEQ_MAX ((UINT64_C (1) << 56) - 1)
+
+struct mdent {
+  uint64_t block;
+  int next; /* hash chain */
+  unsigned pins;
+  bool used, loaded, ref;
+  uint64_t known; /* bit j: unit j's current slot is known */
+  uint64_t cur;   /* bit j: ... and it is slot 1 */
+  uint8_t data[LG_MD_BLOCK];
+};
+
+struct mdcache {
+  pthread_mutex_t lock;
+  size_t n, hand;
+  int *buckets; /* n * 2 */
+  struct mdent *e;
+};
+
+struct cdev {
+  struct lg_dev dev;
+  struct lg_dev *lower;
+  bool owns_lower;
+  struct lg_header h;
+  uint8_t *key;       /* data subkey, sodium memory */
+  uint8_t prefix[16]; /* random per open: nonce = prefix | counter */
+  atomic_uint_fast64_t counter;
+  atomic_uint_fast64_t auth_failures;
+  pthread_rwlock_t stripe[STRIPES];
+  struct mdcache cache;
+};
+
+static struct cdev *
+to_cdev (struct lg_dev *d)
+{
+  return (struct cdev *) d;
+}
+
+/* ---- slots and tags ---- */
+
+struct slot {
+  uint8_t nonce[24];
+  uint8_t tag[16];
+  uint64_t seqflags;
+};
+
+static void
+slot_get (const uint8_t *md, unsigned j, unsigned k, struct slot *s)
+{
+  const uint8_t *p = md + j * 2 * LG_SLOT_BYTES + k * LG_SLOT_BYTES;
+
+  memcpy (s->nonce, p, 24);
+  memcpy (s->tag, p + 24, 16);
+  s->seqflags = 0;
+  for (int i = 7; i >= 0; i--)
+    s->seqflags = (s->seqflags << 8) | p[40 + i];
+}
+
+static void
+slot_put (uint8_t *md, unsigned j, unsigned k, const struct slot *s)
+{
+  uint8_t *p = md + j * 2 * LG_SLOT_BYTES + k * LG_SLOT_BYTES;
+
+  memcpy (p, s->nonce, 24);
+  memcpy (p + 24, s->tag, 16);
+  for (int i = 0; i < 8; i++)
+    p[40 + i] = (uint8_t) (s->seqflags >> (8 * i));
+}
+
+static bool
+slot_empty (const struct slot *s)
+{
+  static const uint8_t zero[24];
+
+  return s->seqflags == 0 && sodium_memcmp (s->nonce, zero, 24) == 0
+      && sodium_memcmp (s->tag, zero, 16) == 0;
+}
+
+static void
+make_ad (const struct cdev *x, uint64_t unit, uint64_t seqflags, uint8_t ad[32])
+{
+  memcpy (ad, x->h.uuid, 16);
+  for (int i = 0; i < 8; i++) {
+    ad[16 + i] = (uint8_t) (unit >> (8 * i));
+    ad[24 + i] = (uint8_t) (seqflags >> (8 * i));
+  }
+}
+
+static void
+new_nonce (struct cdev *x, uint8_t nonce[24])
+{
+  uint64_t c = atomic_fetch_add (&x->counter, 1);
+
+  memcpy (nonce, x->prefix, 16);
+  for (int i = 0; i < 8; i++)
+    nonce[16 + i] = (uint8_t) (c >> (8 * i));
+}
+
+/* MAC mode: Poly1305 with a one-time key from XChaCha20(nonce), over the
+ * additional data and the data (len may be 0 for a ZERO slot). */
+static void
+mac_tag (const struct cdev *x, const uint8_t nonce[24], const uint8_t ad[32],
+         const uint8_t *data, size_t len, uint8_t tag[16])
+{
+  crypto_onetimeauth_poly1305_state st;
+  uint8_t otk[32];
+
+  crypto_stream_xchacha20 (otk, sizeof otk, nonce, x->key);
+  crypto_onetimeauth_poly1305_init (&st, otk);
+  crypto_onetimeauth_poly1305_update (&st, ad, 32);
+  if (len)
+    crypto_onetimeauth_poly1305_update (&st, data, len);
+  crypto_onetimeauth_poly1305_final (&st, tag);
+  sodium_memzero (otk, sizeof otk);
+  sodium_memzero (&st, sizeof st);
+}
+
+/* Seals one unit: fills s (nonce, tag, seqflags) and, in aead mode, out
+ * with the ciphertext of in.  in == NULL seals a ZERO slot. */
+static void
+seal (struct cdev *x, uint64_t unit, uint64_t seqflags, const uint8_t *in,
+      uint8_t *out, struct slot *s)
+{
+  uint8_t ad[32], dummy[1] = { 0 };
+  unsigned long long tl;
+
+  s->seqflags = seqflags;
+  new_nonce (x, s->nonce);
+  make_ad (x, unit, seqflags, ad);
+  if (x->h.mode == LG_MODE_AEAD)
+    /* A ZERO slot seals the empty message (libsodium wants non-NULL
+     * buffers even for zero bytes). */
+    crypto_aead_xchacha20poly1305_ietf_encrypt_detached (
+        in ? out : dummy, s->tag, &tl, in ? in : dummy, in ? LG_UNIT_SIZE : 0,
+        ad, sizeof ad, NULL, s->nonce, x->key);
+  else
+    mac_tag (x, s->nonce, ad, in, in ? LG_UNIT_SIZE : 0, s->tag);
+}
+
+/* Checks one slot against the stored unit: 1 authentic data (plaintext
+ * in out: decrypted in aead mode, copied in mac mode), 2 authentic ZERO
+ * (out zeroed), 0 not authentic (out unspecified). */
+static int
+open_slot (const struct cdev *x, uint64_t unit, const struct slot *s,
+           const uint8_t *stored, uint8_t *out)
+{
+  uint8_t ad[32], tag[16], dummy[1] = { 0 };
+
+  if (slot_empty (s))
+    return 0;
+  make_ad (x, unit, s->seqflags, ad);
+  if (s->seqflags & SLOT_FLAG_ZERO) {
+    /* A ZERO slot stands for a unit whose stored bytes are zeroes: were
+     * it valid whatever the data, flipping a bit of a unit written after
+     * it would silently read back zeroes. */
+    if (stored == NULL || !sodium_is_zero (stored, LG_UNIT_SIZE))
+      return 0;
+    if (x->h.mode == LG_MODE_AEAD) {
+      if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached (
+              NULL, NULL, dummy, 0, s->tag, ad, sizeof ad, s->nonce, x->key)
+          != 0)
+        return 0;
+    }
+    else {
+      mac_tag (x, s->nonce, ad, NULL, 0, tag);
+      if (crypto_verify_16 (tag, s->tag) != 0)
+        return 0;
+    }
+    if (out)
+      memset (out, 0, LG_UNIT_SIZE);
+    return 2;
+  }
+  if (x->h.mode == LG_MODE_AEAD)
+    return crypto_aead_xchacha20poly1305_ietf_decrypt_detached (
+               out, NULL, stored, LG_UNIT_SIZE, s->tag, ad, sizeof ad, s->nonce,
+               x->key)
+        == 0;
+  mac_tag (x, s->nonce, ad, stored, LG_UNIT_SIZE, tag);
+  if (crypto_verify_16 (tag, s->tag) != 0)
+    return 0;
+  if (out && out != stored)
+    memcpy (out, stored, LG_UNIT_SIZE);
+  return 1;
+}
+
+/* Which slot authenticates unit (data in stored): 0 or 1, -1 if none.
+ * The newer slot is tried first.  out receives the plaintext. */
+static int
+current_slot (const struct cdev *x, uint64_t unit, const uint8_t *md,
+              unsigned j, const uint8_t *stored, uint8_t *out)
+{
+  struct slot s[2];
+  int first;
+
+  slot_get (md, j, 0, &s[0]);
+  slot_get (md, j, 1, &s[1]);
+  first = (s[1].seqflags >> 8) > (s[0].seqflags >> 8) ? 1 : 0;
+  if (open_slot (x, unit, &s[first], stored, out))
+    return first;
+  if (open_slot (x, unit, &s[1 - first], stored, out))
+    return 1 - first;
+  return -1;
+}
+
+static bool
+both_empty (const uint8_t *md, unsigned j)
+{
+  struct slot s0, s1;
+
+  slot_get (md, j, 0, &s0);
+  slot_get (md, j, 1, &s1);
+  return slot_empty (&s0) && slot_empty (&s1);
+}
+
+/* ---- metadata cache ---- */
+
+static int
+cache_init (struct mdcache *c, size_t n)
+{
+  pthread_mutex_init (&c->lock, NULL);
+  c->n = n;
+  c->hand = 0;
+  c->buckets = malloc (2 * n * sizeof *c->buckets);
+  c->e = calloc (n, sizeof *c->e);
+  if (c->buckets == NULL || c->e == NULL)
+    return -1;
+  for (size_t i = 0; i < 2 * n; i++)
+    c->buckets[i] = -1;
+  return 0;
+}
+
+static void
+cache_destroy (struct mdcache *c)
+{
+  free (c->buckets);
+  free (c->e);
+  pthread_mutex_destroy (&c->lock);
+}
+
+static size_t
+bucket_of (const struct mdcache *c, uint64_t b)
+{
+  return (size_t) ((b * UINT64_C (0x9e3779b97f4a7c15)) >> 20) % (2 * c->n);
+}
+
+static void
+unlink_entry_locked (struct mdcache *c, int idx)
+{
+  int *pp = &c->buckets[bucket_of (c, c->e[idx].block)];
+
+  while (*pp != -1 && *pp != idx)
+    pp = &c->e[*pp].next;
+  if (*pp == idx)
+    *pp = c->e[idx].next;
+}
+
+/* The pinned entry for block b (maybe not loaded), or NULL when every
+ * entry is pinned (the caller works uncached). */
+static struct mdent *
+cache_get (struct mdcache *c, uint64_t b)
+{
+  size_t bk = bucket_of (c, b);
+  struct mdent *e = NULL;
+
+  pthread_mutex_lock (&c->lock);
+  for (int i = c->buckets[bk]; i != -1; i = c->e[i].next)
+    if (c->e[i].block == b) {
+      e = &c->e[i];
+      goto found;
+    }
+  /* Clock: one sweep over the entries, at most twice round. */
+  for (size_t tries = 0; tries < 2 * c->n; tries++) {
+    size_t i = c->hand;
+
+    c->hand = (c->hand + 1) % c->n;
+    if (c->e[i].pins)
+      continue;
+    if (c->e[i].used && c->e[i].ref) {
+      c->e[i].ref = false;
+      continue;
+    }
+    if (c->e[i].used)
+      unlink_entry_locked (c, (int) i);
+    e = &c->e[i];
+    e->used = true;
+    e->loaded = false;
+    e->block = b;
+    e->known = e->cur = 0;
+    e->next = c->buckets[bk];
+    c->buckets[bk] = (int) i;
+    goto found;
+  }
+  pthread_mutex_unlock (&c->lock);
+  return NULL;
+
+found:
+  e->pins++;
+  e->ref = true;
+  pthread_mutex_unlock (&c->lock);
+  return e;
+}
+
+static void
+cache_put (struct mdcache *c, struct mdent *e)
+{
+  if (e == NULL)
+    return;
+  pthread_mutex_lock (&c->lock);
+  e->pins--;
+  pthread_mutex_unlock (&c->lock);
+}
+
+/* ---- locking a request's metadata blocks ---- */
+
+struct span {
+  uint64_t u0, u1; /* units [u0, u1) */
+  uint64_t b0, b1; /* metadata blocks [b0, b1] */
+  uint8_t stripes[STRIPES / 8];
+};
+
+static void
+span_init (struct span *sp, uint64_t u0, uint64_t u1)
+{
+  sp->u0 = u0;
+  sp->u1 = u1;
+  sp->b0 = u0 / LG_UNITS_PER_MD;
+  sp->b1 = (u1 - 1) / LG_UNITS_PER_MD;
+  memset (sp->stripes, 0, sizeof sp->stripes);
+  for (uint64_t b = sp->b0; b <= sp->b1 && b < sp->b0 + STRIPES; b++)
+    sp->stripes[(b % STRIPES) / 8] |= (uint8_t) (1u << (b % 8));
+}
+
+static void
+span_lock (struct cdev *x, const struct span *sp, bool write)
+{
+  for (unsigned i = 0; i < STRIPES; i++)
+    if (sp->stripes[i / 8] & (1u << (i % 8))) {
+      if (write)
+        pthread_rwlock_wrlock (&x->stripe[i]);
+      else
+        pthread_rwlock_rdlock (&x->stripe[i]);
+    }
+}
+
+static void
+span_unlock (struct cdev *x, const struct span *sp)
+{
+  for (unsigned i = STRIPES; i-- > 0;)
+    if (sp->stripes[i / 8] & (1u << (i % 8)))
+      pthread_rwlock_unlock (&x->stripe[i]);
+}
+
+static uint64_t
+md_off (const struct cdev *x, uint64_t b)
+{
+  return x->h.md_offset + b * LG_MD_BLOCK;
+}
+
+static uint64_t
+data_off (const struct cdev *x, uint64_t u)
+{
+  return x->h.data_offset + u * LG_UNIT_SIZE;
+}
+
+/* Reads the metadata blocks of a span into md (nblocks * 4096), from the
+ * cache where loaded.  Stripe locks held. */
+static int
+read_md (struct cdev *x, const struct span *sp, uint8_t *md)
+{
+  uint64_t nb = sp->b1 - sp->b0 + 1;
+
+  if (lg_dev_pread (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0)) < 0)
+    return -1;
+  /* Where this session has newer knowledge (written but maybe not yet
+   * visible... it is: writes complete before unlock), the disk is the
+   * truth; the cache only saves the read.  XXX: skip the read of blocks
+   * that are all cached. */
+  return 0;
+}
+
+/* ---- the device ---- */
+
+static void
+log_bad (struct cdev *x, uint64_t u0, uint64_t n)
+{
+  uint64_t sectors = LG_UNIT_SIZE / 512;
+
+  atomic_fetch_add (&x->auth_failures, n);
+  lg_error ("%s: authentication failed: units %" PRIu64 "-%" PRIu64
+            " (exported bytes %" PRIu64 "-%" PRIu64 ", 512-byte LBA %" PRIu64
+            "+%" PRIu64 "): tampered with, or the wrong volume",
+            x->dev.name, u0, u0 + n - 1, u0 * LG_UNIT_SIZE,
+            (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors);
+}
+
+/* Reads and authenticates whole units [u0, u1) into out (stripe locks
+ * held by the caller).  Units that fail are zeroed and counted; returns
+ * the number of bad units, or -1 on I/O error. */
+static int64_t
+read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
+                   void (*bad) (void *, uint64_t, uint64_t), void *opaque)
+{
+  uint64_t n = sp->u1 - sp->u0;
+  uint64_t nb = sp->b1 - sp->b0 + 1;
+  uint8_t *md = malloc (nb * LG_MD_BLOCK);
+  uint8_t *ct = x->h.mode == LG_MODE_AEAD ? malloc (n * LG_UNIT_SIZE) : out;
+  int64_t nbad = 0;
+  uint64_t run = 0, run_start = 0;
+
+  if (md == NULL || ct == NULL)
+    goto err;
+  if (read_md (x, sp, md) < 0
+      || lg_dev_pread (x->lower, ct, n * LG_UNIT_SIZE, data_off (x, sp->u0))
+          < 0)
+    goto err;
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    uint64_t k = u - sp->u0;
+    const uint8_t *blk = md + (u / LG_UNITS_PER_MD - sp->b0) * LG_MD_BLOCK;
+    unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
+    uint8_t *o = out + k * LG_UNIT_SIZE;
+    bool ok;
+
+    if (both_empty (blk, j))
+      /* Never written: zeroes on a lazy volume; on a normal one format
+       * sealed every unit, so empty metadata was wiped. */
+      ok = (x->h.flags & LG_HDR_FLAG_LAZY) != 0
+          && (memset (o, 0, LG_UNIT_SIZE), true);
+    else
+      ok = current_slot (x, u, blk, j, ct + k * LG_UNIT_SIZE, o) >= 0;
+    if (!ok) {
+      memset (o, 0, LG_UNIT_SIZE);
+      nbad++;
+      if (run == 0)
+        run_start = u;
+      run++;
+    }
+    if (run && (ok || u + 1 == sp->u1)) {
+      log_bad (x, run_start, run);
+      if (bad)
+        bad (opaque, run_start, run);
+      run = 0;
+    }
+  }
+  free (md);
+  if (ct != out)
+    free (ct);
+  return nbad;
+
+err:
+  free (md);
+  if (ct != out)
+    free (ct);
+  return -1;
+}
+
+static int
+cdev_read_units (struct cdev *x, uint8_t *out, uint64_t u0, uint64_t u1)
+{
+  struct span sp;
+  int64_t r;
+
+  span_init (&sp, u0, u1);
+  span_lock (x, &sp, false);
+  r = read_units_locked (x, &sp, out, NULL, NULL);
+  span_unlock (x, &sp);
+  if (r != 0) {
+    errno = EIO;
+    return -1;
+  }
+  return 0;
+}
+
+/* Writes whole units [u0, u1) from in (NULL: ZERO units, and the data is
+ * trimmed when trim is set).  Stripe write locks held by the caller. */
+static int
+write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
+                    bool trim)
+{
+  uint64_t n = sp->u1 - sp->u0;
+  uint64_t nb = sp->b1 - sp->b0 + 1;
+  uint8_t *md = malloc (nb * LG_MD_BLOCK);
+  uint8_t *old = NULL, *scratch = NULL;
+  uint8_t *ct = NULL;
+  struct mdent **ents = calloc (nb, sizeof *ents);
+  int r = -1, saved = EIO;
+
+  if (md == NULL || ents == NULL)
+    goto out;
+  /* Metadata: from the cache where loaded, else from disk. */
+  for (uint64_t i = 0; i < nb; i++)
+    ents[i] = cache_get (&x->cache, sp->b0 + i);
+  {
+    bool need_read = false;
+
+    for (uint64_t i = 0; i < nb; i++)
+      need_read |= ents[i] == NULL || !ents[i]->loaded;
+    if (need_read && read_md (x, sp, md) < 0)
+      goto out_errno;
+    for (uint64_t i = 0; i < nb; i++) {
+      uint8_t *blk = md + i * LG_MD_BLOCK;
+
+      if (ents[i] && ents[i]->loaded)
+        memcpy (blk, ents[i]->data, LG_MD_BLOCK);
+      else if (ents[i]) {
+        memcpy (ents[i]->data, blk, LG_MD_BLOCK);
+        ents[i]->loaded = true;
+        ents[i]->known = ents[i]->cur = 0;
+      }
+    }
+  }
+  /* Which slot is current, where this session does not know: read the
+   * old data and see which slot authenticates it.  (The trap: after an
+   * unclean stop the newer slot may be the one that does not.) */
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+    unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
+
+    if ((ents[i] == NULL || !(ents[i]->known & (UINT64_C (1) << j)))
+        && !both_empty (md + i * LG_MD_BLOCK, j)) {
+      old = malloc (n * LG_UNIT_SIZE);
+      scratch = malloc (LG_UNIT_SIZE);
+      if (old == NULL || scratch == NULL)
+        goto out;
+      if (lg_dev_pread (x->lower, old, n * LG_UNIT_SIZE, data_off (x, sp->u0))
+          < 0)
+        goto out_errno;
+      break;
+    }
+  }
+  if (in && x->h.mode == LG_MODE_AEAD) {
+    ct = malloc (n * LG_UNIT_SIZE);
+    if (ct == NULL)
+      goto out;
+  }
+
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    uint64_t k = u - sp->u0, i = u / LG_UNITS_PER_MD - sp->b0;
+    unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
+    uint8_t *blk = md + i * LG_MD_BLOCK;
+    struct slot s0, s1, ns;
+    uint64_t seq;
+    int cur;
+
+    slot_get (blk, j, 0, &s0);
+    slot_get (blk, j, 1, &s1);
+    if (ents[i] && (ents[i]->known & (UINT64_C (1) << j)))
+      cur = (ents[i]->cur >> j) & 1 ? 1 : 0;
+    else if (slot_empty (&s0) && slot_empty (&s1))
+      cur = 1; /* write slot 0 */
+    else {
+      cur = current_slot (x, u, blk, j, old + k * LG_UNIT_SIZE, scratch);
+      if (cur < 0)
+        /* Neither authenticates (tampered, or never written on a lazy
+         * volume): either slot may go; keep the newer one. */
+        cur = (s1.seqflags >> 8) > (s0.seqflags >> 8) ? 1 : 0;
+    }
+    seq = ((s0.seqflags >> 8) > (s1.seqflags >> 8) ? (s0.seqflags >> 8)
+                                                   : (s1.seqflags >> 8))
+        + 1;
+    if (seq > SEQ_MAX)
+      seq = 1; /* XXX: 2^56 writes to one unit */
+    seal (x, u, (seq << 8) | (in ? 0 : SLOT_FLAG_ZERO),
+          in ? in + k * LG_UNIT_SIZE : NULL, ct ? ct + k * LG_UNIT_SIZE : NULL,
+          &ns);
+    slot_put (blk, j, (unsigned) (1 - cur), &ns);
+  }
+
+  /* 1. the metadata, and wait; 2. the data. */
+  if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0), 0)
+      < 0) {
+    /* What reached the disk is unknown: forget the cached blocks. */
+    for (uint64_t i = 0; i < nb; i++)
+      if (ents[i])
+        ents[i]->loaded = false;
+    goto out_errno;
+  }
+  for (uint64_t i = 0; i < nb; i++)
+    if (ents[i])
+      memcpy (ents[i]->data, md + i * LG_MD_BLOCK, LG_MD_BLOCK);
+  if (in) {
+    if (lg_dev_pwrite (x->lower, ct ? ct : in, n * LG_UNIT_SIZE,
+                       data_off (x, sp->u0), 0)
+        < 0) {
+      for (uint64_t u = sp->u0; u < sp->u1; u++) {
+        uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+
+        if (ents[i])
+          ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
+      }
+      goto out_errno;
+    }
+  }
+  else if (lg_dev_zero (x->lower, n * LG_UNIT_SIZE, data_off (x, sp->u0),
+                        trim ? LG_MAY_TRIM : 0)
+           < 0) {
+    /* ZERO slots hold only over zeroed data (deallocated where the LUN
+     * allows): until this succeeds the old slots still stand. */
+    for (uint64_t u = sp->u0; u < sp->u1; u++) {
+      uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+
+      if (ents[i])
+        ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
+    }
+    goto out_errno;
+  }
+  /* Now the new slots are current. */
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+    unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
+    struct slot s0, s1;
+
+    if (ents[i] == NULL)
+      continue;
+    slot_get (md + i * LG_MD_BLOCK, j, 0, &s0);
+    slot_get (md + i * LG_MD_BLOCK, j, 1, &s1);
+    ents[i]->known |= UINT64_C (1) << j;
+    if ((s1.seqflags >> 8) > (s0.seqflags >> 8))
+      ents[i]->cur |= UINT64_C (1) << j;
+    else
+      ents[i]->cur &= ~(UINT64_C (1) << j);
+  }
+  r = 0;
+  goto out;
+
+out_errno:
+  saved = errno;
+out:
+  if (ents)
+    for (uint64_t i = 0; i < nb; i++)
+      cache_put (&x->cache, ents[i]);
+  free (ents);
+  free (md);
+  if (old)
+    sodium_memzero (old, n * LG_UNIT_SIZE);
+  free (old);
+  if (scratch)
+    sodium_memzero (scratch, LG_UNIT_SIZE);
+  free (scratch);
+  free (ct);
+  if (r < 0)
+    errno = saved;
+  return r;
+}
+
+static int
+cdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
+{
+  struct cdev *x = to_cdev (d);
+  uint64_t u0 = off / LG_UNIT_SIZE;
+  uint64_t u1 = (off + count + LG_UNIT_SIZE - 1) / LG_UNIT_SIZE;
+  uint8_t *tmp;
+  int r;
+
+  if (off % LG_UNIT_SIZE == 0 && count % LG_UNIT_SIZE == 0)
+    return cdev_read_units (x, buf, u0, u1);
+  tmp = malloc ((u1 - u0) * LG_UNIT_SIZE);
+  if (tmp == NULL)
+    return -1;
+  r = cdev_read_units (x, tmp, u0, u1);
+  if (r == 0)
+    memcpy (buf, tmp + off % LG_UNIT_SIZE, count);
+  sodium_memzero (tmp, (u1 - u0) * LG_UNIT_SIZE);
+  free (tmp);
+  return r;
+}
+
+static int
+cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
+             unsigned flags)
+{
+  struct cdev *x = to_cdev (d);
+  uint64_t u0 = off / LG_UNIT_SIZE;
+  uint64_t u1 = (off + count + LG_UNIT_SIZE - 1) / LG_UNIT_SIZE;
+  struct span sp;
+  uint8_t *tmp = NULL;
+  const uint8_t *src = buf;
+  int r = -1, saved;
+
+  span_init (&sp, u0, u1);
+  span_lock (x, &sp, true);
+  if (off % LG_UNIT_SIZE != 0 || count % LG_UNIT_SIZE != 0) {
+    /* Partial units: merge into the old plaintext of the edge units,
+     * under the same write locks. */
+    size_t n = (size_t) (u1 - u0) * LG_UNIT_SIZE;
+    struct span edge;
+
+    tmp = malloc (n);
+    if (tmp == NULL)
+      goto out;
+    span_init (&edge, u0, u0 + 1);
+    if (read_units_locked (x, &edge, tmp, NULL, NULL) != 0)
+      goto eio;
+    if (u1 - 1 > u0) {
+      span_init (&edge, u1 - 1, u1);
+      if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL) != 0)
+        goto eio;
+    }
+    memcpy (tmp + off % LG_UNIT_SIZE, buf, count);
+    src = tmp;
+  }
+  r = write_units_locked (x, &sp, src, false);
+  goto out;
+
+eio:
+  errno = EIO;
+out:
+  saved = errno;
+  span_unlock (x, &sp);
+  if (tmp) {
+    sodium_memzero (tmp, (size_t) (u1 - u0) * LG_UNIT_SIZE);
+    free (tmp);
+  }
+  if (r == 0 && (flags & LG_FUA))
+    r = lg_dev_flush (x->lower);
+  else
+    errno = saved;
+  return r;
+}
+
+static int
+cdev_flush (struct lg_dev *d)
+{
+  return lg_dev_flush (to_cdev (d)->lower);
+}
+
+/* Zero and trim: whole units get authenticated ZERO slots (and their data
+ * trimmed when allowed); partial units are written with zeroes. */
+static int
+zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
+            unsigned flags)
+{
+  uint64_t first = (off + LG_UNIT_SIZE - 1) / LG_UNIT_SIZE;
+  uint64_t end = (off + count) / LG_UNIT_SIZE;
+  static const uint8_t zero[LG_UNIT_SIZE];
+
+  if (end <= first) {
+    while (count > 0) {
+      size_t n = LG_UNIT_SIZE - off % LG_UNIT_SIZE;
+
+      if (n > count)
+        n = (size_t) count;
+      if (cdev_pwrite (&x->dev, zero, n, off, 0) < 0)
+        return -1;
+      off += n;
+      count -= n;
+    }
+    return (flags & LG_FUA) ? lg_dev_flush (x->lower) : 0;
+  }
+  if (off < first * LG_UNIT_SIZE
+      && zero_range (x, first * LG_UNIT_SIZE - off, off, trim, 0) < 0)
+    return -1;
+  /* Bounded batches, so one request never pins the whole cache. */
+  for (uint64_t u = first; u < end;) {
+    uint64_t n = end - u < 1024 ? end - u : 1024;
+    struct span sp;
+    int r;
+
+    span_init (&sp, u, u + n);
+    span_lock (x, &sp, true);
+    r = write_units_locked (x, &sp, NULL, trim);
+    span_unlock (x, &sp);
+    if (r < 0)
+      return -1;
+    u += n;
+  }
+  if (off + count > end * LG_UNIT_SIZE
+      && zero_range (x, off + count - end * LG_UNIT_SIZE, end * LG_UNIT_SIZE,
+                     trim, 0)
+          < 0)
+    return -1;
+  return (flags & LG_FUA) ? lg_dev_flush (x->lower) : 0;
+}
+
+static int
+cdev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  return zero_range (to_cdev (d), count, off, true, flags);
+}
+
+static int
+cdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  if (flags & LG_FAST_ZERO) {
+    /* A metadata write per 42 units is fast; the data is left alone. */
+  }
+  return zero_range (to_cdev (d), count, off, (flags & LG_MAY_TRIM) != 0,
+                     flags);
+}
+
+static void
+cdev_close (struct lg_dev *d)
+{
+  struct cdev *x = to_cdev (d);
+
+  if (x->owns_lower)
+    lg_dev_close (x->lower);
+  for (int i = 0; i < STRIPES; i++)
+    pthread_rwlock_destroy (&x->stripe[i]);
+  cache_destroy (&x->cache);
+  sodium_free (x->key);
+  sodium_memzero (x->prefix, sizeof x->prefix);
+  sodium_free (x);
+}
+
+static const struct lg_dev_ops cdev_ops = {
+  .name = "crypt",
+  .pread = cdev_pread,
+  .pwrite = cdev_pwrite,
+  .flush = cdev_flush,
+  .trim = cdev_trim,
+  .zero = cdev_zero,
+  .extents = NULL,
+  .close = cdev_close,
+};
+
+struct lg_dev *
+lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
+               const uint8_t *mk, size_t md_cache_blocks, char *err,
+               size_t errlen)
+{
+  struct cdev *x;
+
+  if (lower->block_size > LG_UNIT_SIZE
+      || LG_UNIT_SIZE % lower->block_size != 0) {
+    snprintf (err, errlen, "%s: block size %u does not divide the unit size",
+              lower->name, lower->block_size);
+    errno = ENOTSUP;
+    return NULL;
+  }
+  /* sodium_malloc: the struct holds nothing secret itself, but the
+   * cache holds metadata and the key pointer; keep it all off core dumps. */
+  x = sodium_malloc (sizeof *x);
+  if (x == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return NULL;
+  }
+  memset (x, 0, sizeof *x);
+  x->key = sodium_malloc (32);
+  if (x->key == NULL
+      || cache_init (&x->cache,
+                     md_cache_blocks ? md_cache_blocks : DEFAULT_CACHE)
+          < 0) {
+    snprintf (err, errlen, "out of memory");
+    sodium_free (x->key);
+    sodium_free (x);
+    errno = ENOMEM;
+    return NULL;
+  }
+  x->lower = lower;
+  x->owns_lower = owns_lower;
+  x->h = *h;
+  lg_derive_subkey (x->key, mk, LG_SUBKEY_DATA);
+  randombytes_buf (x->prefix, sizeof x->prefix);
+  atomic_init (&x->counter, 0);
+  atomic_init (&x->auth_failures, 0);
+  for (int i = 0; i < STRIPES; i++)
+    pthread_rwlock_init (&x->stripe[i], NULL);
+
+  snprintf (x->dev.name, sizeof x->dev.name, "%s", lower->name);
+  x->dev.ops = &cdev_ops;
+  x->dev.size = h->nunits * LG_UNIT_SIZE;
+  x->dev.block_size = LG_UNIT_SIZE;
+  x->dev.pref_block_size = LG_UNIT_SIZE;
+  x->dev.max_io = lower->max_io > LG_UNIT_SIZE
+      ? lower->max_io / LG_UNIT_SIZE * LG_UNIT_SIZE
+      : LG_UNIT_SIZE;
+  x->dev.read_only = lower->read_only;
+  x->dev.can_trim = true;
+  x->dev.can_zero = true;
+  x->dev.can_extents = false;
+  x->dev.can_fua = true;
+  return &x->dev;
+}
+
+uint64_t
+lg_crypt_auth_failures (const struct lg_dev *d)
+{
+  return atomic_load (&((struct cdev *) d)->auth_failures);
+}
+
+int
+lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
+                     void (*progress) (uint64_t done, uint64_t total))
+{
+  struct cdev *x = to_cdev (d);
+  /* Whole metadata blocks at a time, written without reading: format
+   * owns the volume. */
+  uint64_t batch = LG_UNITS_PER_MD * 256;
+  uint8_t *md = malloc (256 * LG_MD_BLOCK);
+  uint64_t end = first + n;
+
+  if (md == NULL)
+    return -1;
+  if (first % LG_UNITS_PER_MD != 0) {
+    free (md);
+    errno = EINVAL;
+    return -1;
+  }
+  for (uint64_t u = first; u < end; u += batch) {
+    uint64_t cnt = end - u < batch ? end - u : batch;
+    uint64_t nb = (cnt + LG_UNITS_PER_MD - 1) / LG_UNITS_PER_MD;
+
+    memset (md, 0, nb * LG_MD_BLOCK);
+    for (uint64_t k = 0; k < cnt; k++) {
+      struct slot s;
+      uint64_t v = u + k;
+
+      seal (x, v, (UINT64_C (1) << 8) | SLOT_FLAG_ZERO, NULL, NULL, &s);
+      slot_put (md + (k / LG_UNITS_PER_MD) * LG_MD_BLOCK,
+                (unsigned) (v % LG_UNITS_PER_MD), 0, &s);
+    }
+    if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK,
+                       md_off (x, u / LG_UNITS_PER_MD), 0)
+        < 0) {
+      int saved = errno;
+
+      free (md);
+      errno = saved;
+      return -1;
+    }
+    if (progress)
+      progress (u + cnt - first, n);
+  }
+  free (md);
+  return lg_dev_flush (x->lower);
+}
+
+int64_t
+lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
+                 void (*bad) (void *opaque, uint64_t first_unit,
+                              uint64_t nunits),
+                 void (*progress) (uint64_t done, uint64_t total), void *opaque)
+{
+  struct cdev *x = to_cdev (d);
+  const uint64_t batch = LG_UNITS_PER_MD * 64; /* 10.5 MiB */
+  uint8_t *buf = malloc (batch * LG_UNIT_SIZE);
+  int64_t total = 0;
+
+  if (buf == NULL)
+    return -1;
+  for (uint64_t u = first; u < first + n; u += batch) {
+    uint64_t cnt = first + n - u < batch ? first + n - u : batch;
+    struct span sp;
+    int64_t r;
+
+    span_init (&sp, u, u + cnt);
+    span_lock (x, &sp, false);
+    r = read_units_locked (x, &sp, buf, bad, opaque);
+    span_unlock (x, &sp);
+    if (r < 0) {
+      free (buf);
+      return -1;
+    }
+    total += r;
+    if (progress)
+      progress (u + cnt - first, n);
+  }
+  sodium_memzero (buf, batch * LG_UNIT_SIZE);
+  free (buf);
+  return total;
+}
+
+/* ---- keys ---- */
+
+uint8_t *
+lg_keyfile_read (const char *path)
+{
+  uint8_t *k;
+  uint8_t extra;
+  size_t got = 0;
+  int fd, saved;
+
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    saved = errno;
+    lg_error ("%s: %s", path, strerror (saved));
+    errno = saved;
+    return NULL;
+  }
+  k = sodium_malloc (LG_KEY_BYTES);
+  if (k == NULL) {
+    close (fd);
+    return NULL;
+  }
+  while (got < LG_KEY_BYTES) {
+    ssize_t r = read (fd, k + got, LG_KEY_BYTES - got);
+
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t) r;
+  }
+  if (got != LG_KEY_BYTES || read (fd, &extra, 1) != 0) {
+    lg_error ("%s: a key file holds exactly %d bytes (make one with: head "
+              "-c 32 /dev/urandom > FILE)",
+              path, LG_KEY_BYTES);
+    close (fd);
+    sodium_free (k);
+    errno = EINVAL;
+    return NULL;
+  }
+  close (fd);
+  return k;
+}
+
+int
+lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
+                 struct lg_header *h, uint8_t *mk, char *err, size_t errlen)
+{
+  int slot;
+
+  if (lg_header_read (lower, h, err, errlen) < 0) {
+    int saved = errno;
+
+    if (saved == ENOENT)
+      snprintf (err, errlen,
+                "%s: no lungate header: not formatted (lungate "
+                "format)",
+                lower->name);
+    errno = saved;
+    return -1;
+  }
+  if (ks->keyfile)
+    slot = lg_keyslot_open_keyfile (h, ks->keyfile, mk);
+  else if (ks->passphrase)
+    slot = lg_keyslot_open_passphrase (h, ks->passphrase, mk);
+  else {
+    snprintf (err, errlen,
+              "%s: the LUN is encrypted: give a key file or a "
+              "passphrase",
+              lower->name);
+    errno = EACCES;
+    return -1;
+  }
+  if (slot < 0) {
+    snprintf (err, errlen, "%s: wrong %s: no key slot opens with it",
+              lower->name, ks->keyfile ? "key" : "passphrase");
+    errno = EACCES;
+    return -1;
+  }
+  if (lg_header_check_mac (h, mk) < 0) {
+    sodium_memzero (mk, LG_KEY_BYTES);
+    snprintf (err, errlen,
+              "%s: the header was modified by someone without "
+              "the key (MAC mismatch): refusing it",
+              lower->name);
+    errno = EINVAL;
+    return -1;
+  }
+  lg_debug ("%s: unlocked with key slot %d", lower->name, slot);
+  return 0;
+}

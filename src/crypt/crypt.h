@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The crypt layer: a block device stacked on another, storing each 4 KiB
+ * unit encrypted and authenticated (aead) or in plaintext with a tag
+ * (mac), with two metadata slots per unit for crash consistency without a
+ * journal.  The on-disk format is in header.h and man/lungate-format.5.
+ */
+#ifndef LG_CRYPT_H
+#define LG_CRYPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crypt/header.h"
+#include "dev/dev.h"
+
+/* Where the key comes from: exactly one of the two, both in sodium_malloc
+ * memory (util/secret.h), owned by the caller. */
+struct lg_keysrc {
+  const uint8_t *keyfile; /* LG_KEY_BYTES */
+  const char *passphrase;
+};
+
+/* Reads a key file (exactly LG_KEY_BYTES bytes) into sodium memory. */
+uint8_t *lg_keyfile_read (const char *path);
+
+/* Reads the header of lower and unlocks it: the master key goes to mk
+ * (LG_KEY_BYTES of caller's sodium memory).  -1 with errno and err:
+ * ENOENT no header, EINVAL damaged header, EACCES wrong key. */
+int lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
+                     struct lg_header *h, uint8_t *mk, char *err,
+                     size_t errlen);
+
+/* Opens the crypt device over lower with an unlocked header.  The master
+ * key is copied (and the copy wiped on close).  With owns_lower, closing
+ * the crypt device closes lower.  md_cache_blocks bounds the metadata
+ * cache (4 KiB each; 0 = default 1024). */
+struct lg_dev *lg_crypt_open (struct lg_dev *lower, bool owns_lower,
+                              const struct lg_header *h, const uint8_t *mk,
+                              size_t md_cache_blocks, char *err, size_t errlen);
+
+/* Units that failed authentication since open. */
+uint64_t lg_crypt_auth_failures (const struct lg_dev *d);
+
+/* Writes authenticated ZERO slots for units [first, first+n) directly
+ * (format uses it for the whole volume).  progress, if not NULL, is called
+ * now and then with the units done. */
+int lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
+                         void (*progress) (uint64_t done, uint64_t total));
+
+/* Scrubs units [first, first+n): calls bad for each maximal range of
+ * units that fail authentication.  Returns the number of bad units, or -1
+ * on an I/O error. */
+int64_t lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
+                         void (*bad) (void *opaque, uint64_t first_unit,
+                                      uint64_t nunits),
+                         void (*progress) (uint64_t done, uint64_t total),
+                         void *opaque);
+
+#endif

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The on-disk header of an encrypted or integrity-protected LUN
+ * (man/lungate-format.5): geometry, mode, UUID and up to 8 key slots, each
+ * wrapping the one master key.  Two copies, each with a checksum and a
+ * sequence number: opening takes the newest valid copy and rewrites the
+ * other; every update writes the older copy first, then the newer, so a
+ * crash at any point leaves one valid copy.
+ *
+ * Everything read here is hostile: lg_header_parse checks every field and
+ * never trusts a length, count or offset (fuzzed: tests/fuzz/fuzz-header.c).
+ * Pure functions except lg_header_read / _write, which do I/O on a device.
+ * Not thread-safe for one struct lg_header: the caller serialises.
+ */
+#ifndef LG_CRYPT_HEADER_H
+#define LG_CRYPT_HEADER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dev/dev.h"
+
+#define LG_HDR_MAGIC "LUNGATE\0"        /* 8 bytes */
+#define LG_HDR_VERSION 1
+#define LG_HDR_SIZE 4096                /* one copy */
+#define LG_HDR_COPY0_OFFSET 0
+#define LG_HDR_COPY1_OFFSET (64 * 1024)
+#define LG_HDR_AREA (1024 * 1024)       /* metadata starts here */
+#define LG_UNIT_SIZE 4096
+#define LG_KEYSLOTS 8
+#define LG_KEY_BYTES 32                 /* master key and key files */
+#define LG_SALT_BYTES 16
+#define LG_UUID_BYTES 16
+
+/* Per-unit metadata: two slots of LG_SLOT_BYTES, LG_UNITS_PER_MD units
+ * per 4096-byte metadata block. */
+#define LG_SLOT_BYTES 48               /* nonce 24, tag 16, seq+flags 8 */
+#define LG_UNITS_PER_MD 42             /* 42 * 2 * 48 = 4032 <= 4096 */
+#define LG_MD_BLOCK 4096
+
+enum lg_crypt_mode {
+  LG_MODE_AEAD = 1,   /* XChaCha20-Poly1305-IETF */
+  LG_MODE_MAC = 2,    /* plaintext + Poly1305 (key from XChaCha20) */
+};
+
+#define LG_HDR_FLAG_LAZY 0x1   /* metadata not initialised at format */
+
+enum lg_keyslot_kind {
+  LG_SLOT_EMPTY = 0,
+  LG_SLOT_PASSPHRASE = 1,      /* Argon2id(passphrase, salt, ops, mem) */
+  LG_SLOT_KEYFILE = 2,         /* the 32 bytes of a key file */
+};
+
+struct lg_keyslot {
+  uint32_t kind;
+  uint64_t opslimit, memlimit; /* Argon2id, passphrase slots */
+  uint8_t salt[LG_SALT_BYTES];
+  uint8_t nonce[24];
+  uint8_t wrapped[LG_KEY_BYTES + 16];  /* XChaCha20-Poly1305 of the MK */
+};
+
+struct lg_header {
+  uint16_t version;
+  uint32_t flags;
+  uint8_t uuid[LG_UUID_BYTES];
+  uint32_t mode;               /* enum lg_crypt_mode */
+  uint32_t unit_size;          /* LG_UNIT_SIZE */
+  uint64_t seq;                /* sequence number of this copy */
+  uint64_t lun_size;           /* the LUN's size at format time */
+  uint64_t md_offset, md_size; /* metadata area, bytes */
+  uint64_t data_offset;        /* first unit */
+  uint64_t nunits;             /* units of data (exported size / 4096) */
+  struct lg_keyslot slots[LG_KEYSLOTS];
+  uint8_t mac[32];             /* keyed by the master key (see below) */
+};
+
+/* Geometry for a LUN of lun_size bytes; -1 (EINVAL) if it is too small
+ * to hold the header, some metadata and one unit. */
+int lg_header_geometry (struct lg_header *h, uint64_t lun_size);
+
+/* Serialises h (with its checksum) into buf; lg_header_parse is the
+ * inverse: -1 with errno EINVAL and a reason in err when buf is not a
+ * valid header (bad magic, version, checksum, any field out of range,
+ * geometry not fitting lun_size, overlapping areas). */
+void lg_header_serialize (const struct lg_header *h,
+                          uint8_t buf[static LG_HDR_SIZE]);
+int lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
+                     struct lg_header *h, char *err, size_t errlen);
+
+/* true if buf starts with the magic (a header, valid or not, is there). */
+bool lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE]);
+
+/* Reads both copies from dev and returns the newest valid one; when the
+ * other copy is damaged or older, rewrites it (unless the device is
+ * read-only).  -1 with errno: ENOENT (no header at all), EINVAL (only
+ * damaged copies: the reasons in err), EIO. */
+int lg_header_read (struct lg_dev *dev, struct lg_header *h, char *err,
+                    size_t errlen);
+
+/* Writes h with seq+1 to both copies, the older copy first, flushing
+ * after each.  Updates h->seq. */
+int lg_header_write (struct lg_dev *dev, struct lg_header *h);
+
+/* Key slots.  The master key is LG_KEY_BYTES in sodium_malloc memory.
+ * A slot's wrapping key comes from a passphrase (Argon2id with the given
+ * limits, salt random) or is a key file's 32 bytes. */
+int lg_keyslot_set_passphrase (struct lg_header *h, unsigned slot,
+                               const uint8_t *mk, const char *passphrase,
+                               uint64_t opslimit, uint64_t memlimit);
+int lg_keyslot_set_keyfile (struct lg_header *h, unsigned slot,
+                            const uint8_t *mk,
+                            const uint8_t key[static LG_KEY_BYTES]);
+
+/* Tries every slot of the matching kind; on success writes the master key
+ * into mk (LG_KEY_BYTES, caller's sodium memory), returns the slot number.
+ * -1 with errno EACCES when no slot opens. */
+int lg_keyslot_open_passphrase (const struct lg_header *h,
+                                const char *passphrase, uint8_t *mk);
+int lg_keyslot_open_keyfile (const struct lg_header *h,
+                             const uint8_t key[static LG_KEY_BYTES],
+                             uint8_t *mk);
+
+/* The header MAC: BLAKE2b keyed with a key derived from the master key,
+ * over every field but the MAC itself.  Set before writing; checked after
+ * a slot opened, so that a header edited by someone without the key
+ * (geometry, mode, UUID) is refused. */
+void lg_header_set_mac (struct lg_header *h, const uint8_t *mk);
+int lg_header_check_mac (const struct lg_header *h, const uint8_t *mk);
+
+/* Subkeys of the master key (crypto_kdf, context "lungate1"). */
+enum lg_subkey {
+  LG_SUBKEY_DATA = 1,
+  LG_SUBKEY_HEADER_MAC = 2,
+};
+void lg_derive_subkey (uint8_t out[static 32], const uint8_t *mk,
+                       enum lg_subkey id);
+
+/* Index of the first empty slot, or -1. */
+int lg_keyslot_free (const struct lg_header *h);
+
+#endif
