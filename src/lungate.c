@@ -23,6 +23,7 @@ static const struct {
   { "info", lg_cmd_info, "show what a LUN is and what it supports" },
   { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
+  { "key", lg_cmd_key, "list, add or remove the key slots of a volume" },
 };
 
 static void

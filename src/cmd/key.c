@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate key list|add|remove: the key slots of a lungate volume.  Main
+ * thread. */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "cmd/cmd.h"
+#include "crypt/crypt.h"
+#include "crypt/header.h"
+#include "dev/dev.h"
+#include "util/log.h"
+#include "util/secret.h"
+
+enum {
+  OPT_NEW_KEY_FILE = OPT_LOGIN_LAST + 1,
+  OPT_NEW_PASSPHRASE_FILE,
+  OPT_SLOT,
+  OPT_FORCE,
+};
+
+static const char usage[]
+    = "Usage: lungate key list [OPTIONS] URL\n"
+      "       lungate key add [OPTIONS] (--key-file F | --passphrase-file F)\n"
+      "                       (--new-key-file F | --new-passphrase-file F) "
+      "[--slot N] URL\n"
+      "       lungate key remove [OPTIONS] (--key-file F | --passphrase-file "
+      "F)\n"
+      "                       --slot N [--force] URL\n"
+      "\n"
+      "Manage the key slots of a lungate volume (up to 8, each wrapping the\n"
+      "volume's master key).  list needs no key.  add and remove need a key\n"
+      "that opens the volume.  Removing the last slot makes the volume\n"
+      "unreadable forever and needs --force.\n"
+      "\n"
+      "Options:\n"
+      "  --new-key-file FILE          add: the new 32-byte key file\n"
+      "  --new-passphrase-file FILE   add: the new passphrase\n"
+      "  --slot N                     add: the slot to use (default: the "
+      "first\n"
+      "                               free one); remove: the slot to empty\n"
+      "  --force                      remove: even the last slot\n"
+      "  -h, --help                   this help\n"
+      "\n";
+
+static const char *
+kind_name (uint32_t k)
+{
+  return k == LG_SLOT_PASSPHRASE ? "passphrase"
+      : k == LG_SLOT_KEYFILE     ? "key-file"
+                                 : "empty";
+}
+
+int
+lg_cmd_key (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    LG_LOGIN_OPTIONS,
+    LG_KEY_OPTIONS,
+    { "new-key-file", required_argument, NULL, OPT_NEW_KEY_FILE },
+    { "new-passphrase-file", required_argument, NULL, OPT_NEW_PASSPHRASE_FILE },
+    { "slot", required_argument, NULL, OPT_SLOT },
+    { "force", no_argument, NULL, OPT_FORCE },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct lg_login login;
+  struct lg_cmd_keys keys = { 0 };
+  uint8_t *new_key = NULL;
+  char *new_pass = NULL;
+  struct lg_url u = { 0 };
+  struct lg_dev *raw = NULL;
+  struct lg_header h;
+  struct lg_keysrc ks;
+  uint8_t *mk = NULL;
+  char err[512], *end;
+  const char *verb;
+  long slot = -1;
+  bool force = false;
+  int c, n, status = LG_EXIT_FAIL;
+
+  if (lg_login_init (&login) < 0)
+    return LG_EXIT_FAIL;
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2
+        && (strcmp (argv[1], "-h") == 0 || strcmp (argv[1], "--help") == 0)) {
+      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
+      status = LG_EXIT_OK;
+    }
+    else
+      status = lg_usage_error ("key", "expected list, add or remove");
+    goto out;
+  }
+  verb = argv[1];
+  argv++;
+  argc--;
+  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+    int r = lg_login_option (&login, c, optarg);
+
+    if (r == 0)
+      r = lg_key_option (&keys, c, optarg);
+    if (r < 0)
+      goto out;
+    if (r > 0)
+      continue;
+    switch (c) {
+    case OPT_NEW_KEY_FILE:
+      if (new_key)
+        sodium_free (new_key);
+      new_key = lg_keyfile_read (optarg);
+      if (new_key == NULL)
+        goto out;
+      break;
+    case OPT_NEW_PASSPHRASE_FILE:
+      lg_secret_free (new_pass);
+      new_pass = lg_secret_from_file (optarg);
+      if (new_pass == NULL)
+        goto out;
+      break;
+    case OPT_SLOT:
+      errno = 0;
+      slot = strtol (optarg, &end, 10);
+      if (errno || *end || end == optarg || slot < 0 || slot >= LG_KEYSLOTS) {
+        lg_error ("--slot: '%s': want 0 to %d", optarg, LG_KEYSLOTS - 1);
+        goto out;
+      }
+      break;
+    case OPT_FORCE:
+      force = true;
+      break;
+    case 'h':
+      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
+      status = LG_EXIT_OK;
+      goto out;
+    default:
+      status = lg_usage_error ("key", "unknown option");
+      goto out;
+    }
+  }
+  if (strcmp (verb, "list") && strcmp (verb, "add")
+      && strcmp (verb, "remove")) {
+    status = lg_usage_error ("key",
+                             "unknown action '%s': want list, add or "
+                             "remove",
+                             verb);
+    goto out;
+  }
+  if (argc - optind != 1) {
+    status = lg_usage_error ("key", "expected one LUN URL");
+    goto out;
+  }
+  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+    goto out;
+  if (u.kind != LG_URL_LUN) {
+    lg_error ("invalid URL '%s': key needs a LUN URL", argv[optind]);
+    goto out;
+  }
+  raw = lg_cmd_open_lun (&u, &login, 1, strcmp (verb, "list") == 0);
+  if (raw == NULL)
+    goto out;
+
+  if (strcmp (verb, "list") == 0) {
+    if (lg_header_read (raw, &h, err, sizeof err) < 0) {
+      lg_error ("%s", errno == ENOENT ? "no lungate header on this LUN" : err);
+      goto out;
+    }
+    for (int i = 0; i < LG_KEYSLOTS; i++) {
+      if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
+        printf ("slot %d: passphrase (Argon2id, opslimit %" PRIu64
+                ", memlimit %" PRIu64 " MiB)\n",
+                i, h.slots[i].opslimit, h.slots[i].memlimit >> 20);
+      else
+        printf ("slot %d: %s\n", i, kind_name (h.slots[i].kind));
+    }
+    status = LG_EXIT_OK;
+    goto out;
+  }
+
+  if (keys.keyfile == NULL && keys.passphrase == NULL) {
+    status = lg_usage_error ("key",
+                             "give a key that opens the volume "
+                             "(--key-file or --passphrase-file)");
+    goto out;
+  }
+  ks.keyfile = keys.keyfile;
+  ks.passphrase = keys.passphrase;
+  mk = sodium_malloc (LG_KEY_BYTES);
+  if (mk == NULL)
+    goto out;
+  if (lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err) < 0) {
+    lg_error ("%s", err);
+    goto out;
+  }
+
+  if (strcmp (verb, "add") == 0) {
+    if ((new_key == NULL) == (new_pass == NULL)) {
+      status = lg_usage_error ("key",
+                               "add: give one of --new-key-file and "
+                               "--new-passphrase-file");
+      goto out;
+    }
+    if (slot < 0)
+      slot = lg_keyslot_free (&h);
+    if (slot < 0) {
+      lg_error ("%s: all %d key slots are in use: remove one first", raw->name,
+                LG_KEYSLOTS);
+      goto out;
+    }
+    if (h.slots[slot].kind != LG_SLOT_EMPTY) {
+      lg_error ("%s: key slot %ld is in use: remove it first", raw->name, slot);
+      goto out;
+    }
+    if ((new_key ? lg_keyslot_set_keyfile (&h, (unsigned) slot, mk, new_key)
+                 : lg_keyslot_set_passphrase (&h, (unsigned) slot, mk, new_pass,
+                                              crypto_pwhash_OPSLIMIT_MODERATE,
+                                              crypto_pwhash_MEMLIMIT_MODERATE))
+        < 0) {
+      lg_error ("cannot set key slot %ld: %m", slot);
+      goto out;
+    }
+  }
+  else {
+    if (slot < 0) {
+      status = lg_usage_error ("key", "remove: give --slot N");
+      goto out;
+    }
+    if (h.slots[slot].kind == LG_SLOT_EMPTY) {
+      lg_error ("%s: key slot %ld is already empty", raw->name, slot);
+      goto out;
+    }
+    n = 0;
+    for (int i = 0; i < LG_KEYSLOTS; i++)
+      n += h.slots[i].kind != LG_SLOT_EMPTY;
+    if (n == 1 && !force) {
+      lg_error ("%s: slot %ld is the last key slot: without it nobody can "
+                "ever read the volume again (use --force if that is the "
+                "point)",
+                raw->name, slot);
+      goto out;
+    }
+    sodium_memzero (&h.slots[slot], sizeof h.slots[slot]);
+  }
+  lg_header_set_mac (&h, mk);
+  if (lg_header_write (raw, &h) < 0) {
+    lg_error ("%s: writing the header failed: %m", raw->name);
+    goto out;
+  }
+  printf ("%s: key slot %ld %s\n", raw->name, slot,
+          strcmp (verb, "add") == 0 ? "added" : "removed");
+  status = LG_EXIT_OK;
+
+out:
+  if (mk)
+    sodium_free (mk);
+  if (new_key)
+    sodium_free (new_key);
+  lg_secret_free (new_pass);
+  lg_dev_close (raw);
+  lg_cmd_keys_clear (&keys);
+  lg_url_clear (&u);
+  lg_login_clear (&login);
+  return status;
+}

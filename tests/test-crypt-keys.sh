@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Passphrases and key slots: format with a passphrase, list, add a key
+# file, open with either, wrong passphrase, remove a slot, the last slot
+# refused unless forced; and mac mode (plaintext with tags) end to end.
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+tgt_start
+t=iqn.2026-11.org.lungate:keys
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 32M
+tgt_add_lun 1 2 32M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t"
+pass=$(secret_file "correct horse battery staple")
+wrong=$(secret_file "correct horse battery stapler")
+key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
+
+"$LUNGATE" format --argon2 interactive --passphrase-file "$pass" "$url/1" \
+  >/dev/null || fail "format with a passphrase"
+"$LUNGATE" key list "$url/1" >"$TGT_DIR/l" || fail "key list"
+grep -q "^slot 0: passphrase (Argon2id" "$TGT_DIR/l" || fail "list: slot 0"
+grep -q "^slot 1: empty" "$TGT_DIR/l" || fail "list: slot 1"
+expect_fail_with "wrong passphrase: no key slot opens" \
+  "$LUNGATE" verify --passphrase-file "$wrong" "$url/1"
+"$LUNGATE" verify --passphrase-file "$pass" "$url/1" >/dev/null || fail "verify with the passphrase"
+# The passphrase from standard input.
+"$LUNGATE" verify --passphrase-file - "$url/1" <"$pass" >/dev/null || fail "passphrase from stdin"
+
+"$LUNGATE" key add --passphrase-file "$pass" --new-key-file "$key" "$url/1" \
+  || fail "key add"
+"$LUNGATE" key list "$url/1" | grep -q "^slot 1: key-file" || fail "list after add"
+expect_fail_with "wrong passphrase" \
+  "$LUNGATE" key add --passphrase-file "$wrong" --new-key-file "$key" "$url/1"
+
+# Data written with the passphrase reads with the key file, and back.
+nbd_run "url=$url/1" "passphrase=+$pass" -- "$NBD_PYTHON" - '$uri' <<'PY' || fail "write with the passphrase"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1]); h.pwrite(b"\x31" * 65536, 8192); h.flush()
+PY
+nbd_run "url=$url/1" "key-file=$key" -- "$NBD_PYTHON" - '$uri' <<'PY' || fail "read with the key file"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+assert h.pread(65536, 8192) == b"\x31" * 65536
+PY
+expect_fail_with "wrong passphrase" \
+  "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" "passphrase=+$wrong" --run true
+
+# Remove the passphrase slot: the passphrase no longer opens, the key does.
+"$LUNGATE" key remove --key-file "$key" --slot 0 "$url/1" || fail "key remove"
+expect_fail_with "wrong passphrase" "$LUNGATE" verify --passphrase-file "$pass" "$url/1"
+"$LUNGATE" verify --key-file "$key" "$url/1" >/dev/null || fail "verify with the remaining key"
+expect_fail_with "last key slot" "$LUNGATE" key remove --key-file "$key" --slot 1 "$url/1"
+expect_fail_with "already empty" "$LUNGATE" key remove --key-file "$key" --slot 0 "$url/1"
+"$LUNGATE" key list "$url/1" | grep -q "^slot 1: key-file" || fail "the last slot was removed"
+
+# mac mode: plaintext on the target, every change detected.
+"$LUNGATE" format --mode mac --key-file "$key" "$url/2" >/dev/null || fail "format mac"
+"$LUNGATE" info "$url/2" | grep -qx "volume-mode: mac" || fail "info: mac"
+nbd_run "url=$url/2" "key-file=$key" -- "$NBD_PYTHON" - '$uri' <<'PY' || fail "write mac"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+h.pwrite((b"MAC-MODE-PLAINTEXT-" * 300)[:4096] * 4, 0); h.flush()
+PY
+f2=$(tgt_lun_file 1 2)
+grep -q "MAC-MODE-PLAINTEXT-" "$f2" || fail "mac mode does not store plaintext"
+off=$(grep -boa "MAC-MODE-PLAINTEXT-" "$f2" | head -n 1 | cut -d: -f1)
+printf 'X' | dd of="$f2" bs=1 seek=$((off + 4096 * 2 + 10)) conv=notrunc status=none
+"$LUNGATE" verify --key-file "$key" "$url/2" >"$TGT_DIR/v" && fail "mac: a changed byte passed verify"
+grep -q "^bad: units 2-2 " "$TGT_DIR/v" || { cat "$TGT_DIR/v"; fail "mac: the changed unit was not named"; }
+echo "test-crypt-keys: ok"
