@@ -20,35 +20,35 @@
 
 #include "dev/dev.h"
 
-#define LG_HDR_MAGIC "LUNGATE\0"        /* 8 bytes */
+#define LG_HDR_MAGIC "LUNGATE\0" /* 8 bytes */
 #define LG_HDR_VERSION 1
-#define LG_HDR_SIZE 4096                /* one copy */
+#define LG_HDR_SIZE 4096 /* one copy */
 #define LG_HDR_COPY0_OFFSET 0
 #define LG_HDR_COPY1_OFFSET (64 * 1024)
-#define LG_HDR_AREA (1024 * 1024)       /* metadata starts here */
+#define LG_HDR_AREA (1024 * 1024) /* metadata starts here */
 #define LG_UNIT_SIZE 4096
 #define LG_KEYSLOTS 8
-#define LG_KEY_BYTES 32                 /* master key and key files */
+#define LG_KEY_BYTES 32 /* master key and key files */
 #define LG_SALT_BYTES 16
 #define LG_UUID_BYTES 16
 
 /* Per-unit metadata: two slots of LG_SLOT_BYTES, LG_UNITS_PER_MD units
  * per 4096-byte metadata block. */
-#define LG_SLOT_BYTES 48               /* nonce 24, tag 16, seq+flags 8 */
-#define LG_UNITS_PER_MD 42             /* 42 * 2 * 48 = 4032 <= 4096 */
+#define LG_SLOT_BYTES 48   /* nonce 24, tag 16, seq+flags 8 */
+#define LG_UNITS_PER_MD 42 /* 42 * 2 * 48 = 4032 <= 4096 */
 #define LG_MD_BLOCK 4096
 
 enum lg_crypt_mode {
-  LG_MODE_AEAD = 1,   /* XChaCha20-Poly1305-IETF */
-  LG_MODE_MAC = 2,    /* plaintext + Poly1305 (key from XChaCha20) */
+  LG_MODE_AEAD = 1, /* XChaCha20-Poly1305-IETF */
+  LG_MODE_MAC = 2,  /* plaintext + Poly1305 (key from XChaCha20) */
 };
 
-#define LG_HDR_FLAG_LAZY 0x1   /* metadata not initialised at format */
+#define LG_HDR_FLAG_LAZY 0x1 /* metadata not initialised at format */
 
 enum lg_keyslot_kind {
   LG_SLOT_EMPTY = 0,
-  LG_SLOT_PASSPHRASE = 1,      /* Argon2id(passphrase, salt, ops, mem) */
-  LG_SLOT_KEYFILE = 2,         /* the 32 bytes of a key file */
+  LG_SLOT_PASSPHRASE = 1, /* Argon2id(passphrase, salt, ops, mem) */
+  LG_SLOT_KEYFILE = 2,    /* the 32 bytes of a key file */
 };
 
 struct lg_keyslot {
@@ -56,7 +56,7 @@ struct lg_keyslot {
   uint64_t opslimit, memlimit; /* Argon2id, passphrase slots */
   uint8_t salt[LG_SALT_BYTES];
   uint8_t nonce[24];
-  uint8_t wrapped[LG_KEY_BYTES + 16];  /* XChaCha20-Poly1305 of the MK */
+  uint8_t wrapped[LG_KEY_BYTES + 16]; /* XChaCha20-Poly1305 of the MK */
 };
 
 struct lg_header {
@@ -71,7 +71,7 @@ struct lg_header {
   uint64_t data_offset;        /* first unit */
   uint64_t nunits;             /* units of data (exported size / 4096) */
   struct lg_keyslot slots[LG_KEYSLOTS];
-  uint8_t mac[32];             /* keyed by the master key (see below) */
+  uint8_t mac[32]; /* keyed by the master key (see below) */
 };
 
 /* Geometry for a LUN of lun_size bytes; -1 (EINVAL) if it is too small
