@@ -51,6 +51,7 @@ static unsigned connections = DEFAULT_CONNECTIONS;
 /* Key for lungate-formatted LUNs (sodium memory), if given. */
 static uint8_t *keyfile;
 static char *passphrase;
+static size_t md_cache_blocks; /* 0: the crypt layer's default */
 
 /* After after_fork: the pool and one device stack per exported LUN. */
 struct export
@@ -204,6 +205,18 @@ lungate_config (const char *key, const char *value)
   }
   if (strcmp (key, "passphrase") == 0)
     return read_secret (key, value, &passphrase);
+  if (strcmp (key, "metadata-cache") == 0) {
+    int64_t sz = nbdkit_parse_size (value);
+
+    if (sz < 0)
+      return -1;
+    if (sz < LG_MD_BLOCK * 4 || sz > (INT64_C (1) << 32)) {
+      nbdkit_error ("metadata-cache: from 16K to 4G");
+      return -1;
+    }
+    md_cache_blocks = (size_t) (sz / LG_MD_BLOCK);
+    return 0;
+  }
   if (strcmp (key, "timeout") == 0)
     return parse_seconds (key, value, 0, &login.io_timeout);
   if (strcmp (key, "connect-timeout") == 0)
@@ -332,7 +345,7 @@ add_export (struct lg_dev *d, char *err, size_t errlen)
   struct export *e = &exports[nexports];
 
   e->info = *lg_iscsi_dev_info (d);
-  e->dev = lg_stack_wrap (d, keysrc (), 0, err, errlen);
+  e->dev = lg_stack_wrap (d, keysrc (), md_cache_blocks, err, errlen);
   if (e->dev == NULL)
     return -1;
   e->crypt = e->dev != d;

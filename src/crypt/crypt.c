@@ -38,7 +38,7 @@
 #include "util/log.h"
 
 #define STRIPES 256
-#define DEFAULT_CACHE 1024
+#define DEFAULT_CACHE 4096 /* 16 MiB: the metadata of 688 MiB of data */
 #define SLOT_FLAG_ZERO 0x1
 #define SEQ_MAX ((UINT64_C (1) << 56) - 1)
 
@@ -435,23 +435,60 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
             (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors);
 }
 
+/* The metadata of a span for a reader (stripe locks held shared): from
+ * the cache when every block is there, else from disk, filling the cache.
+ * Entries are filled under the cache mutex: two readers may race to fill
+ * one, with the same bytes; writers are excluded by the stripe locks.
+ * ents[] come back pinned (or NULL). */
+static int
+load_md_shared (struct cdev *x, const struct span *sp, uint8_t *md,
+                struct mdent **ents, bool use_cache)
+{
+  uint64_t nb = sp->b1 - sp->b0 + 1;
+  bool all = use_cache;
+
+  for (uint64_t i = 0; i < nb; i++) {
+    ents[i] = use_cache ? cache_get (&x->cache, sp->b0 + i) : NULL;
+    all &= ents[i] != NULL && ents[i]->loaded;
+  }
+  if (all) {
+    for (uint64_t i = 0; i < nb; i++)
+      memcpy (md + i * LG_MD_BLOCK, ents[i]->data, LG_MD_BLOCK);
+    return 0;
+  }
+  if (read_md (x, sp, md) < 0)
+    return -1;
+  pthread_mutex_lock (&x->cache.lock);
+  for (uint64_t i = 0; i < nb; i++)
+    if (ents[i] && !ents[i]->loaded) {
+      memcpy (ents[i]->data, md + i * LG_MD_BLOCK, LG_MD_BLOCK);
+      ents[i]->known = ents[i]->cur = 0;
+      ents[i]->loaded = true;
+    }
+  pthread_mutex_unlock (&x->cache.lock);
+  return 0;
+}
+
 /* Reads and authenticates whole units [u0, u1) into out (stripe locks
  * held by the caller).  Units that fail are zeroed and counted; returns
- * the number of bad units, or -1 on I/O error. */
+ * the number of bad units, or -1 on I/O error.  A scrub (use_cache false)
+ * reads the metadata from disk, not from what this session remembers. */
 static int64_t
 read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
-                   void (*bad) (void *, uint64_t, uint64_t), void *opaque)
+                   void (*bad) (void *, uint64_t, uint64_t), void *opaque,
+                   bool use_cache)
 {
   uint64_t n = sp->u1 - sp->u0;
   uint64_t nb = sp->b1 - sp->b0 + 1;
   uint8_t *md = malloc (nb * LG_MD_BLOCK);
   uint8_t *ct = x->h.mode == LG_MODE_AEAD ? malloc (n * LG_UNIT_SIZE) : out;
+  struct mdent **ents = calloc (nb, sizeof *ents);
   int64_t nbad = 0;
   uint64_t run = 0, run_start = 0;
 
-  if (md == NULL || ct == NULL)
+  if (md == NULL || ct == NULL || ents == NULL)
     goto err;
-  if (read_md (x, sp, md) < 0
+  if (load_md_shared (x, sp, md, ents, use_cache) < 0
       || lg_dev_pread (x->lower, ct, n * LG_UNIT_SIZE, data_off (x, sp->u0))
           < 0)
     goto err;
@@ -467,8 +504,22 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
        * sealed every unit, so empty metadata was wiped. */
       ok = (x->h.flags & LG_HDR_FLAG_LAZY) != 0
           && (memset (o, 0, LG_UNIT_SIZE), true);
-    else
-      ok = current_slot (x, u, blk, j, ct + k * LG_UNIT_SIZE, o) >= 0;
+    else {
+      int cur = current_slot (x, u, blk, j, ct + k * LG_UNIT_SIZE, o);
+      struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
+
+      ok = cur >= 0;
+      if (ok && e) {
+        /* Learnt: the next write to this unit need not read it. */
+        pthread_mutex_lock (&x->cache.lock);
+        e->known |= UINT64_C (1) << j;
+        if (cur)
+          e->cur |= UINT64_C (1) << j;
+        else
+          e->cur &= ~(UINT64_C (1) << j);
+        pthread_mutex_unlock (&x->cache.lock);
+      }
+    }
     if (!ok) {
       memset (o, 0, LG_UNIT_SIZE);
       nbad++;
@@ -483,16 +534,19 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       run = 0;
     }
   }
+  goto done;
+
+err:
+  nbad = -1;
+done:
+  if (ents)
+    for (uint64_t i = 0; i < nb; i++)
+      cache_put (&x->cache, ents[i]);
+  free (ents);
   free (md);
   if (ct != out)
     free (ct);
   return nbad;
-
-err:
-  free (md);
-  if (ct != out)
-    free (ct);
-  return -1;
 }
 
 static int
@@ -503,7 +557,7 @@ cdev_read_units (struct cdev *x, uint8_t *out, uint64_t u0, uint64_t u1)
 
   span_init (&sp, u0, u1);
   span_lock (x, &sp, false);
-  r = read_units_locked (x, &sp, out, NULL, NULL);
+  r = read_units_locked (x, &sp, out, NULL, NULL, true);
   span_unlock (x, &sp);
   if (r != 0) {
     errno = EIO;
@@ -730,11 +784,12 @@ cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
     if (tmp == NULL)
       goto out;
     span_init (&edge, u0, u0 + 1);
-    if (read_units_locked (x, &edge, tmp, NULL, NULL) != 0)
+    if (read_units_locked (x, &edge, tmp, NULL, NULL, true) != 0)
       goto eio;
     if (u1 - 1 > u0) {
       span_init (&edge, u1 - 1, u1);
-      if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL) != 0)
+      if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL, true)
+          != 0)
         goto eio;
     }
     memcpy (tmp + off % LG_UNIT_SIZE, buf, count);
@@ -987,7 +1042,7 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
 
     span_init (&sp, u, u + cnt);
     span_lock (x, &sp, false);
-    r = read_units_locked (x, &sp, buf, bad, opaque);
+    r = read_units_locked (x, &sp, buf, bad, opaque, false);
     span_unlock (x, &sp);
     if (r < 0) {
       free (buf);

@@ -153,9 +153,9 @@ static int fail (char *err, size_t errlen, const char *fmt, ...)
 static int
 fail (char *err, size_t errlen, const char *fmt, ...)
 {
-  va_list ap;
-
   if (err && errlen) {
+    va_list ap;
+
     va_start (ap, fmt);
     vsnprintf (err, errlen, fmt, ap);
     va_end (ap);
@@ -230,8 +230,11 @@ lg_header_geometry (struct lg_header *h, uint64_t lun_size)
     errno = EINVAL;
     return -1;
   }
-  if (!layout (best, lun_size, &md_size, &data_offset))
+  if (!layout (best, lun_size, &md_size, &data_offset)) {
     assert (!"the chosen number of units fits");
+    errno = EINVAL;
+    return -1;
+  }
   h->unit_size = LG_UNIT_SIZE;
   h->nunits = best;
   h->md_offset = LG_HDR_AREA;
@@ -667,8 +670,6 @@ read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE], char *err,
              size_t errlen)
 {
   for (int c = 0; c < 2; c++) {
-    int saved;
-
     if (dev->size < copy_offset[c] + LG_HDR_SIZE) {
       /* Too small for a volume; a lone magic at 0 still says what it is. */
       if (c == 1 && lg_header_has_magic (buf[0]))
@@ -684,7 +685,8 @@ read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE], char *err,
       return -1;
     }
     if (lg_dev_pread (dev, buf[c], LG_HDR_SIZE, copy_offset[c]) < 0) {
-      saved = errno;
+      int saved = errno;
+
       if (err && errlen)
         snprintf (err, errlen, "reading header copy %d: %s", c,
                   strerror (saved));
@@ -778,8 +780,16 @@ lg_header_write (struct lg_dev *dev, struct lg_header *h)
   else
     first = hc[0].seq <= hc[1].seq ? 0 : 1;
 
+  hc[0] = *h;
+  hc[0].seq = seq + 1;
+  lg_header_serialize (&hc[0], out);
+  /* Never replace a volume's header with one that would not open. */
+  if (lg_header_parse (out, dev->size, &hc[1], err, sizeof err) < 0) {
+    lg_error ("%s: refusing to write an invalid header: %s", dev->name, err);
+    errno = EINVAL;
+    return -1;
+  }
   h->seq = seq + 1;
-  lg_header_serialize (h, out);
   for (int i = 0; i < 2; i++) {
     int c = i == 0 ? first : 1 - first;
 
