@@ -67,6 +67,9 @@ enum {
 /* A hostile header must not make us allocate more than this for Argon2id
  * (libsodium itself allows 4 TiB). */
 #define PWHASH_MEMLIMIT_CAP (UINT64_C (4) << 30)
+/* A hostile header must not make opening run Argon2id for hours either:
+ * libsodium's "sensitive" level is 4 passes. */
+#define PWHASH_OPSLIMIT_CAP 32
 
 _Static_assert(OFF_SLOTS_END == 2152, "key slots end at 2152");
 _Static_assert(OFF_SLOTS_END <= OFF_MAC, "key slots fit");
@@ -251,6 +254,7 @@ pwhash_limits_ok (uint64_t opslimit, uint64_t memlimit)
 {
   return opslimit >= crypto_pwhash_argon2id_OPSLIMIT_MIN
       && opslimit <= crypto_pwhash_argon2id_OPSLIMIT_MAX
+      && opslimit <= PWHASH_OPSLIMIT_CAP
       && memlimit >= crypto_pwhash_argon2id_MEMLIMIT_MIN
       && memlimit <= PWHASH_MEMLIMIT_CAP
       && memlimit <= crypto_pwhash_argon2id_MEMLIMIT_MAX;
