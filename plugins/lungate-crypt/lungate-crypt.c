@@ -284,7 +284,7 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
     nbdkit_error ("%s", err);
     goto out;
   }
-  cdev = lg_crypt_open (&nextdev, false, &h, mk, 0, err, sizeof err);
+  cdev = lg_crypt_open (&nextdev, false, &h, mk, 0, false, err, sizeof err);
   if (cdev == NULL) {
     nbdkit_error ("%s", err);
     goto out;

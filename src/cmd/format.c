@@ -211,7 +211,7 @@ lg_cmd_format (int argc, char **argv)
 
   /* The metadata first, the header last: a LUN is a lungate volume only
    * once everything under the header is in place. */
-  cd = lg_crypt_open (raw, false, &h, mk, 0, err, sizeof err);
+  cd = lg_crypt_open (raw, false, &h, mk, 0, false, err, sizeof err);
   if (cd == NULL) {
     lg_error ("%s", err);
     goto out;

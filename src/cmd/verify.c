@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
+
+enum { OPT_REPAIR = OPT_LOGIN_LAST + 1 };
 #include "crypt/crypt.h"
 #include "dev/stack.h"
 #include "util/log.h"
@@ -54,6 +56,7 @@ lg_cmd_verify (int argc, char **argv)
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
     LG_KEY_OPTIONS,
+    { "repair", no_argument, NULL, OPT_REPAIR },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -65,6 +68,7 @@ lg_cmd_verify (int argc, char **argv)
   struct tally t = { 0 };
   char err[512];
   int64_t nbad;
+  bool repair = false;
   int c, status = LG_EXIT_FAIL;
 
   if (lg_login_init (&login) < 0)
@@ -78,6 +82,10 @@ lg_cmd_verify (int argc, char **argv)
       goto out;
     if (r > 0)
       continue;
+    if (c == OPT_REPAIR) {
+      repair = true;
+      continue;
+    }
     if (c == 'h') {
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
       status = LG_EXIT_OK;
@@ -102,8 +110,9 @@ lg_cmd_verify (int argc, char **argv)
     lg_error ("invalid URL '%s': verify needs a LUN URL", argv[optind]);
     goto out;
   }
-  /* Read-only: a scrub changes nothing (not even a header repair). */
-  raw = lg_cmd_open_lun (&u, &login, 4, true);
+  /* Read-only unless repairing: a scrub changes nothing, not even a
+   * header copy. */
+  raw = lg_cmd_open_lun (&u, &login, 4, !repair);
   if (raw == NULL)
     goto out;
   ks.keyfile = keys.keyfile;
@@ -118,7 +127,8 @@ lg_cmd_verify (int argc, char **argv)
     goto out;
   }
   lg_progress_start ("verify");
-  nbad = lg_crypt_verify (d, 0, d->size / LG_UNIT_SIZE, bad, progress, &t);
+  nbad = lg_crypt_verify (d, 0, d->size / LG_UNIT_SIZE, repair, bad, progress,
+                          &t);
   lg_progress_end ();
   if (nbad < 0) {
     lg_error ("%s: verify stopped by an I/O error: %m", d->name);

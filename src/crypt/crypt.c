@@ -70,6 +70,13 @@ struct cdev {
   atomic_uint_fast64_t auth_failures;
   pthread_rwlock_t stripe[STRIPES];
   struct mdcache cache;
+
+  /* The dirty flag (see lg_crypt_open).  trust_newer: a unit's newer slot
+   * is current unless this session knows otherwise; cleared for good by
+   * any failed write.  clean_at_close: mark the header clean on close. */
+  bool manage_dirty, was_dirty;
+  atomic_bool trust_newer, write_failed, clean_at_close;
+  uint8_t *mk; /* sodium memory, for the header MAC */
 };
 
 static struct cdev *
@@ -476,8 +483,9 @@ load_md_shared (struct cdev *x, const struct span *sp, uint8_t *md,
 static int64_t
 read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
                    void (*bad) (void *, uint64_t, uint64_t), void *opaque,
-                   bool use_cache)
+                   bool use_cache, bool repair)
 {
+  bool changed = false;
   uint64_t n = sp->u1 - sp->u0;
   uint64_t nb = sp->b1 - sp->b0 + 1;
   uint8_t *md = malloc (nb * LG_MD_BLOCK);
@@ -509,6 +517,20 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
 
       ok = cur >= 0;
+      if (ok && repair) {
+        /* A newer slot that does not authenticate the data was left by a
+         * crash: clear it, so that the newer slot is current again. */
+        struct slot sc, so;
+
+        slot_get (blk, j, (unsigned) cur, &sc);
+        slot_get (blk, j, (unsigned) (1 - cur), &so);
+        if (!slot_empty (&so) && (so.seqflags >> 8) >= (sc.seqflags >> 8)) {
+          memset ((uint8_t *) blk + j * 2 * LG_SLOT_BYTES
+                      + (1 - cur) * LG_SLOT_BYTES,
+                  0, LG_SLOT_BYTES);
+          changed = true;
+        }
+      }
       if (ok && e) {
         /* Learnt: the next write to this unit need not read it. */
         pthread_mutex_lock (&x->cache.lock);
@@ -534,6 +556,17 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       run = 0;
     }
   }
+  if (changed) {
+    /* Write locks held (repair): the cached copies are stale now. */
+    if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0), 0)
+        < 0)
+      goto err;
+    pthread_mutex_lock (&x->cache.lock);
+    for (uint64_t i = 0; i < nb; i++)
+      if (ents[i])
+        ents[i]->loaded = false;
+    pthread_mutex_unlock (&x->cache.lock);
+  }
   goto done;
 
 err:
@@ -557,13 +590,24 @@ cdev_read_units (struct cdev *x, uint8_t *out, uint64_t u0, uint64_t u1)
 
   span_init (&sp, u0, u1);
   span_lock (x, &sp, false);
-  r = read_units_locked (x, &sp, out, NULL, NULL, true);
+  r = read_units_locked (x, &sp, out, NULL, NULL, true, false);
   span_unlock (x, &sp);
   if (r != 0) {
     errno = EIO;
     return -1;
   }
   return 0;
+}
+
+/* A write failed between its metadata and its data: from now on the
+ * newer slot of a unit is not to be trusted, in this session and (the
+ * header stays dirty) the next. */
+static void
+write_failed (struct cdev *x)
+{
+  atomic_store (&x->write_failed, true);
+  atomic_store (&x->trust_newer, false);
+  atomic_store (&x->clean_at_close, false);
 }
 
 /* Writes whole units [u0, u1) from in (NULL: ZERO units, and the data is
@@ -607,7 +651,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
   /* Which slot is current, where this session does not know: read the
    * old data and see which slot authenticates it.  (The trap: after an
    * unclean stop the newer slot may be the one that does not.) */
-  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+  for (uint64_t u = sp->u0; u < sp->u1 && !atomic_load (&x->trust_newer); u++) {
     uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
     unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
 
@@ -643,6 +687,10 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
       cur = (ents[i]->cur >> j) & 1 ? 1 : 0;
     else if (slot_empty (&s0) && slot_empty (&s1))
       cur = 1; /* write slot 0 */
+    else if (old == NULL)
+      /* A clean volume (the old data was not read): the newer slot is the
+       * current one. */
+      cur = (s1.seqflags >> 8) > (s0.seqflags >> 8) ? 1 : 0;
     else {
       cur = current_slot (x, u, blk, j, old + k * LG_UNIT_SIZE, scratch);
       if (cur < 0)
@@ -668,6 +716,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
     for (uint64_t i = 0; i < nb; i++)
       if (ents[i])
         ents[i]->loaded = false;
+    write_failed (x);
     goto out_errno;
   }
   for (uint64_t i = 0; i < nb; i++)
@@ -683,6 +732,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
         if (ents[i])
           ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
       }
+      write_failed (x);
       goto out_errno;
     }
   }
@@ -697,6 +747,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
       if (ents[i])
         ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
     }
+    write_failed (x);
     goto out_errno;
   }
   /* Now the new slots are current. */
@@ -784,11 +835,12 @@ cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
     if (tmp == NULL)
       goto out;
     span_init (&edge, u0, u0 + 1);
-    if (read_units_locked (x, &edge, tmp, NULL, NULL, true) != 0)
+    if (read_units_locked (x, &edge, tmp, NULL, NULL, true, false) != 0)
       goto eio;
     if (u1 - 1 > u0) {
       span_init (&edge, u1 - 1, u1);
-      if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL, true)
+      if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL, true,
+                             false)
           != 0)
         goto eio;
     }
@@ -884,11 +936,34 @@ cdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
                      flags);
 }
 
+/* Marks the header clean or dirty on disk. */
+static int
+set_dirty (struct cdev *x, bool dirty)
+{
+  if (dirty)
+    x->h.flags |= LG_HDR_FLAG_DIRTY;
+  else
+    x->h.flags &= ~(uint32_t) LG_HDR_FLAG_DIRTY;
+  lg_header_set_mac (&x->h, x->mk);
+  return lg_header_write (x->lower, &x->h);
+}
+
 static void
 cdev_close (struct lg_dev *d)
 {
   struct cdev *x = to_cdev (d);
 
+  if (x->manage_dirty && atomic_load (&x->clean_at_close)
+      && !atomic_load (&x->write_failed)) {
+    /* Every write of the session completed: make them durable, then say
+     * so in the header. */
+    if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
+      lg_warn ("%s: could not mark the volume clean (%m): the next open "
+               "checks before each first write",
+               x->dev.name);
+  }
+  if (x->mk)
+    sodium_free (x->mk);
   if (x->owns_lower)
     lg_dev_close (x->lower);
   for (int i = 0; i < STRIPES; i++)
@@ -912,8 +987,8 @@ static const struct lg_dev_ops cdev_ops = {
 
 struct lg_dev *
 lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
-               const uint8_t *mk, size_t md_cache_blocks, char *err,
-               size_t errlen)
+               const uint8_t *mk, size_t md_cache_blocks, bool manage_dirty,
+               char *err, size_t errlen)
 {
   struct cdev *x;
 
@@ -966,7 +1041,44 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   x->dev.can_zero = true;
   x->dev.can_extents = false;
   x->dev.can_fua = true;
+
+  x->manage_dirty = manage_dirty && !lower->read_only;
+  x->was_dirty = (h->flags & LG_HDR_FLAG_DIRTY) != 0;
+  atomic_init (&x->write_failed, false);
+  atomic_init (&x->trust_newer, x->manage_dirty && !x->was_dirty);
+  atomic_init (&x->clean_at_close, x->manage_dirty && !x->was_dirty);
+  if (x->manage_dirty) {
+    x->mk = sodium_malloc (LG_KEY_BYTES);
+    if (x->mk == NULL) {
+      snprintf (err, errlen, "out of memory");
+      goto fail;
+    }
+    memcpy (x->mk, mk, LG_KEY_BYTES);
+    if (!x->was_dirty && set_dirty (x, true) < 0) {
+      snprintf (err, errlen, "%s: cannot mark the volume open: %s", lower->name,
+                strerror (errno));
+      goto fail;
+    }
+    if (x->was_dirty)
+      lg_info ("%s: the volume was not closed cleanly: each first write to "
+               "a unit checks which slot is current (lungate verify "
+               "--repair makes it clean again)",
+               lower->name);
+  }
   return &x->dev;
+
+fail:
+  x->manage_dirty = false;
+  x->owns_lower = false;
+  cdev_close (&x->dev);
+  errno = EIO;
+  return NULL;
+}
+
+bool
+lg_crypt_was_dirty (const struct lg_dev *d)
+{
+  return ((const struct cdev *) d)->was_dirty;
 }
 
 uint64_t
@@ -1023,7 +1135,7 @@ lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
 }
 
 int64_t
-lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
+lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
                  void (*bad) (void *opaque, uint64_t first_unit,
                               uint64_t nunits),
                  void (*progress) (uint64_t done, uint64_t total), void *opaque)
@@ -1041,8 +1153,8 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
     int64_t r;
 
     span_init (&sp, u, u + cnt);
-    span_lock (x, &sp, false);
-    r = read_units_locked (x, &sp, buf, bad, opaque, false);
+    span_lock (x, &sp, repair);
+    r = read_units_locked (x, &sp, buf, bad, opaque, false, repair);
     span_unlock (x, &sp);
     if (r < 0) {
       free (buf);
@@ -1054,6 +1166,12 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
   }
   sodium_memzero (buf, batch * LG_UNIT_SIZE);
   free (buf);
+  if (repair && total == 0 && first == 0 && n == x->h.nunits
+      && !atomic_load (&x->write_failed)) {
+    /* Every unit's newer slot is current now. */
+    atomic_store (&x->trust_newer, true);
+    atomic_store (&x->clean_at_close, true);
+  }
   return total;
 }
 

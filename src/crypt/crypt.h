@@ -34,10 +34,20 @@ int lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
 /* Opens the crypt device over lower with an unlocked header.  The master
  * key is copied (and the copy wiped on close).  With owns_lower, closing
  * the crypt device closes lower.  md_cache_blocks bounds the metadata
- * cache (4 KiB each; 0 = default 1024). */
+ * cache (4 KiB each; 0 = default 4096).
+ *
+ * With manage_dirty (and a writable lower), the header is marked dirty on
+ * disk before anything is written and clean again by a clean close of a
+ * session that found it clean: while it is clean, a unit's newer slot is
+ * known to be current and a write needs no read of the old data.
+ * Without, every first write to a unit in the session checks. */
 struct lg_dev *lg_crypt_open (struct lg_dev *lower, bool owns_lower,
                               const struct lg_header *h, const uint8_t *mk,
-                              size_t md_cache_blocks, char *err, size_t errlen);
+                              size_t md_cache_blocks, bool manage_dirty,
+                              char *err, size_t errlen);
+
+/* Whether the volume was found dirty (see above) at open. */
+bool lg_crypt_was_dirty (const struct lg_dev *d);
 
 /* Units that failed authentication since open. */
 uint64_t lg_crypt_auth_failures (const struct lg_dev *d);
@@ -50,11 +60,13 @@ int lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
 
 /* Scrubs units [first, first+n): calls bad for each maximal range of
  * units that fail authentication.  Returns the number of bad units, or -1
- * on an I/O error. */
-int64_t lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n,
-                         void (*bad) (void *opaque, uint64_t first_unit,
-                                      uint64_t nunits),
-                         void (*progress) (uint64_t done, uint64_t total),
-                         void *opaque);
+ * on an I/O error.  With repair (a writable device opened with
+ * manage_dirty), a unit whose newer slot does not authenticate it (left
+ * by a crash) gets that slot cleared; and when the whole volume was
+ * checked and no unit is bad, the volume is marked clean at close. */
+int64_t lg_crypt_verify (
+    struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
+    void (*bad) (void *opaque, uint64_t first_unit, uint64_t nunits),
+    void (*progress) (uint64_t done, uint64_t total), void *opaque);
 
 #endif

@@ -370,7 +370,7 @@ lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
     return fail (err, errlen, "bad checksum");
 
   t.flags = get32 (buf + OFF_FLAGS);
-  if (t.flags & ~(uint32_t) LG_HDR_FLAG_LAZY)
+  if (t.flags & ~(uint32_t) (LG_HDR_FLAG_LAZY | LG_HDR_FLAG_DIRTY))
     return fail (err, errlen, "unknown flags 0x%" PRIx32, t.flags);
   memcpy (t.uuid, buf + OFF_UUID, LG_UUID_BYTES);
   t.mode = get32 (buf + OFF_MODE);

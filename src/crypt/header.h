@@ -44,6 +44,10 @@ enum lg_crypt_mode {
 };
 
 #define LG_HDR_FLAG_LAZY 0x1 /* metadata not initialised at format */
+/* Open for writing, or not closed cleanly since: a unit's newer slot may
+ * not authenticate its data (a crash between the metadata write and the
+ * data write), so a write must first find out which slot does. */
+#define LG_HDR_FLAG_DIRTY 0x2
 
 enum lg_keyslot_kind {
   LG_SLOT_EMPTY = 0,

@@ -62,7 +62,7 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
     saved = errno;
     goto fail;
   }
-  d = lg_crypt_open (lower, true, &h, mk, md_cache_blocks, err, errlen);
+  d = lg_crypt_open (lower, true, &h, mk, md_cache_blocks, true, err, errlen);
   saved = errno;
   sodium_free (mk);
   if (d == NULL) {

@@ -89,6 +89,8 @@ static const struct lg_dev_ops mem_ops = {
 static struct memdev mem;
 static struct lg_header hdr;
 static uint8_t *mk;
+static bool manage; /* open_volume: manage the dirty flag */
+static char ebuf[256];
 
 static void
 setup_volume (uint32_t mode, bool lazy)
@@ -119,7 +121,7 @@ setup_volume (uint32_t mode, bool lazy)
   cr_assert_eq (lg_keyslot_set_keyfile (&hdr, 0, mk, kf), 0);
   lg_header_set_mac (&hdr, mk);
   if (!lazy) {
-    d = lg_crypt_open (&mem.dev, false, &hdr, mk, 0, err, sizeof err);
+    d = lg_crypt_open (&mem.dev, false, &hdr, mk, 0, false, err, sizeof err);
     cr_assert_not_null (d, "%s", err);
     cr_assert_eq (lg_crypt_init_units (d, 0, hdr.nunits, NULL), 0);
     lg_dev_close (d);
@@ -131,7 +133,7 @@ open_volume (void)
 {
   char err[256];
   struct lg_dev *d
-      = lg_crypt_open (&mem.dev, false, &hdr, mk, 4, err, sizeof err);
+      = lg_crypt_open (&mem.dev, false, &hdr, mk, 4, manage, err, sizeof err);
 
   cr_assert_not_null (d, "%s", err);
   return d;
@@ -230,7 +232,7 @@ Test (crypt, zero_and_trim_read_zeroes_and_stay_authentic)
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 0), 0);
   cr_assert_arr_eq (r, w, 4096);
   cr_assert_arr_eq (r + 4096, z, 3 * 4096);
-  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, NULL, NULL, NULL), 0);
+  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, false, NULL, NULL, NULL), 0);
   lg_dev_close (d);
 }
 
@@ -311,6 +313,81 @@ Test (crypt, units_are_bound_to_their_place)
   memcpy (u1, tmp, 4096);
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 40 * 4096), -1);
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 41 * 4096), -1);
-  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, NULL, NULL, NULL), 2);
+  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, false, NULL, NULL, NULL), 2);
+  lg_dev_close (d);
+}
+
+static bool
+disk_dirty (void)
+{
+  struct lg_header h;
+  char err[256];
+
+  cr_assert_eq (lg_header_read (&mem.dev, &h, err, sizeof err), 0, "%s", err);
+  return (h.flags & LG_HDR_FLAG_DIRTY) != 0;
+}
+
+/* The dirty flag: set while open, cleared by a clean close; a failed
+ * write leaves it set, and then every first write checks the slots (the
+ * trap again, now across sessions); verify --repair cleans it. */
+Test (crypt, dirty_flag_and_repair)
+{
+  uint8_t a[4096], b[4096], r[4096];
+  struct lg_dev *d;
+
+  setup_volume (LG_MODE_AEAD, false);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  manage = true;
+  memset (a, 'A', sizeof a);
+  memset (b, 'B', sizeof b);
+
+  d = open_volume ();
+  cr_assert (disk_dirty (), "open for writing must mark the header dirty");
+  cr_assert_eq (lg_dev_pwrite (d, a, 4096, 9 * 4096, 0), 0);
+  lg_dev_close (d);
+  cr_assert (!disk_dirty (), "a clean close must mark it clean");
+
+  /* Crash between the metadata and the data, twice, in a clean volume
+   * and then in the dirty one. */
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+    d = open_volume ();
+    cr_assert_eq (lg_crypt_was_dirty (d), i == 1);
+    /* Twice in one session: after the first failure the session must
+     * stop trusting the newer slot. */
+    for (int k = 0; k < 2; k++) {
+      mem.writes_left = 1;
+      cr_assert_eq (lg_dev_pwrite (d, b, 4096, 9 * 4096, 0), -1);
+      mem.writes_left = -1;
+    }
+    lg_dev_close (d);
+    cr_assert (disk_dirty (), "after a failed write the header stays dirty");
+    cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+    d = open_volume ();
+    cr_assert_eq (lg_dev_pread (d, r, sizeof r, 9 * 4096), 0,
+                  "crash %d: the unit does not read", i);
+    cr_assert_arr_eq (r, a, sizeof a, "crash %d: not the old data", i);
+    lg_dev_close (d);
+  }
+
+  /* Repair: the stale newer slot goes, the volume is clean again, and a
+   * crash in the clean volume still leaves the old data. */
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  d = open_volume ();
+  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, true, NULL, NULL, NULL), 0);
+  lg_dev_close (d);
+  cr_assert (!disk_dirty (), "repair must leave the volume clean");
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  d = open_volume ();
+  cr_assert (!lg_crypt_was_dirty (d));
+  mem.writes_left = 1;
+  cr_assert_eq (lg_dev_pwrite (d, b, 4096, 9 * 4096, 0), -1);
+  mem.writes_left = -1;
+  lg_dev_close (d);
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  d = open_volume ();
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 9 * 4096), 0);
+  cr_assert_arr_eq (r, a, sizeof a);
+  manage = false;
   lg_dev_close (d);
 }

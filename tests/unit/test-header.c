@@ -323,7 +323,7 @@ static const struct mutation mutations[] = {
   MUT ("version 0", "unsupported version 0", { 8, 2, 0 }),
   MUT ("version 2", "unsupported version 2", { 8, 2, 2 }),
   MUT ("header size", "bad header size 512", { 10, 2, 512 }),
-  MUT ("flags bit 1", "unknown flags 0x2", { 12, 4, 2 }),
+  MUT ("flags bit 2", "unknown flags 0x4", { 12, 4, 4 }),
   MUT ("flags high", "unknown flags", { 12, 4, 0x80000001 }),
   MUT ("mode 0", "unknown mode 0", { 32, 4, 0 }),
   MUT ("mode 7", "unknown mode 7", { 32, 4, 7 }),
