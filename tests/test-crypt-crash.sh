@@ -112,6 +112,20 @@ done
 "$LUNGATE" verify --key-file "$key" "$url" >"$TGT_DIR/v" 2>/dev/null \
   || { cat "$TGT_DIR/v"; fail "verify after the crashes"; }
 grep -q "are authentic" "$TGT_DIR/v" || fail "verify: $(cat "$TGT_DIR/v")"
+# Killed: the volume is dirty; --repair makes it clean again, and a
+# clean stop keeps it clean.
+"$LUNGATE" info "$url" | grep -q "^volume-state: dirty" || fail "not dirty after kill -9"
+"$LUNGATE" verify --repair --key-file "$key" "$url" >"$TGT_DIR/v" 2>/dev/null \
+  || { cat "$TGT_DIR/v"; fail "verify --repair"; }
+"$LUNGATE" info "$url" | grep -qx "volume-state: clean" || fail "not clean after --repair"
+start_gateway
+nbd_run_cmd=(env -u LD_PRELOAD "$NBD_PYTHON" -c "
+import nbd; h = nbd.NBD(); h.connect_uri('nbd+unix:///?socket=$sock')
+h.pwrite(b'z' * 4096, 0); h.flush()")
+"${nbd_run_cmd[@]}" || fail "write after repair"
+"$LUNGATE" info "$url" | grep -q "^volume-state: dirty" || fail "not dirty while open"
+kill "$gw"; wait "$gw" 2>/dev/null || true
+"$LUNGATE" info "$url" | grep -qx "volume-state: clean" || fail "not clean after a clean stop"
 if grep -q "authentication failed" "$TGT_DIR/nbdkit.log"; then
   cat "$TGT_DIR/nbdkit.log" >&2; fail "an authentication failure was logged"
 fi

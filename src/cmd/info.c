@@ -152,13 +152,15 @@ print_volume (struct lg_pool *p, int lun, bool json)
   if (json) {
     printf (", \"lungate_volume\": true, \"volume_mode\": \"%s\", "
             "\"volume_uuid\": \"%s\", \"volume_lazy\": %s, "
+            "\"volume_dirty\": %s, "
             "\"volume_units\": %" PRIu64 ", \"volume_size\": %" PRIu64
             ", \"volume_metadata_offset\": %" PRIu64
             ", \"volume_data_offset\": %" PRIu64
             ", \"volume_header_seq\": %" PRIu64 ", \"volume_key_slots\": [",
             h.mode == LG_MODE_AEAD ? "aead" : "mac", uuid,
-            tf (h.flags & LG_HDR_FLAG_LAZY), h.nunits, h.nunits * LG_UNIT_SIZE,
-            h.md_offset, h.data_offset, h.seq);
+            tf (h.flags & LG_HDR_FLAG_LAZY), tf (h.flags & LG_HDR_FLAG_DIRTY),
+            h.nunits, h.nunits * LG_UNIT_SIZE, h.md_offset, h.data_offset,
+            h.seq);
     for (int i = 0, n = 0; i < LG_KEYSLOTS; i++)
       if (h.slots[i].kind != LG_SLOT_EMPTY)
         printf ("%s{\"slot\": %d, \"kind\": \"%s\"}", n++ ? ", " : "", i,
@@ -177,6 +179,10 @@ print_volume (struct lg_pool *p, int lun, bool json)
             h.md_size);
     printf ("volume-data-offset: %" PRIu64 "\n", h.data_offset);
     printf ("volume-header-seq: %" PRIu64 "\n", h.seq);
+    printf ("volume-state: %s\n",
+            (h.flags & LG_HDR_FLAG_DIRTY)
+                ? "dirty (open, or not closed cleanly)"
+                : "clean");
     printf ("volume-key-slots:");
     for (int i = 0; i < LG_KEYSLOTS; i++)
       if (h.slots[i].kind != LG_SLOT_EMPTY)
