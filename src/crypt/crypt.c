@@ -491,10 +491,14 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
   uint8_t *md = malloc (nb * LG_MD_BLOCK);
   uint8_t *ct = x->h.mode == LG_MODE_AEAD ? malloc (n * LG_UNIT_SIZE) : out;
   struct mdent **ents = calloc (nb, sizeof *ents);
+  uint64_t *lknown = NULL, *lcur = NULL;
   int64_t nbad = 0;
   uint64_t run = 0, run_start = 0;
 
-  if (md == NULL || ct == NULL || ents == NULL)
+  lknown = calloc (nb, sizeof *lknown);
+  lcur = calloc (nb, sizeof *lcur);
+  if (md == NULL || ct == NULL || ents == NULL || lknown == NULL
+      || lcur == NULL)
     goto err;
   if (load_md_shared (x, sp, md, ents, use_cache) < 0
       || lg_dev_pread (x->lower, ct, n * LG_UNIT_SIZE, data_off (x, sp->u0))
@@ -532,14 +536,13 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
         }
       }
       if (ok && e) {
-        /* Learnt: the next write to this unit need not read it. */
-        pthread_mutex_lock (&x->cache.lock);
-        e->known |= UINT64_C (1) << j;
+        /* Learnt: the next write to this unit need not read it.  Noted
+         * here, published under the cache mutex once per request. */
+        uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+
+        lknown[i] |= UINT64_C (1) << j;
         if (cur)
-          e->cur |= UINT64_C (1) << j;
-        else
-          e->cur &= ~(UINT64_C (1) << j);
-        pthread_mutex_unlock (&x->cache.lock);
+          lcur[i] |= UINT64_C (1) << j;
       }
     }
     if (!ok) {
@@ -567,11 +570,22 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
         ents[i]->loaded = false;
     pthread_mutex_unlock (&x->cache.lock);
   }
+  if (use_cache) {
+    pthread_mutex_lock (&x->cache.lock);
+    for (uint64_t i = 0; i < nb; i++)
+      if (ents[i] && lknown[i]) {
+        ents[i]->known |= lknown[i];
+        ents[i]->cur = (ents[i]->cur & ~lknown[i]) | lcur[i];
+      }
+    pthread_mutex_unlock (&x->cache.lock);
+  }
   goto done;
 
 err:
   nbad = -1;
 done:
+  free (lknown);
+  free (lcur);
   if (ents)
     for (uint64_t i = 0; i < nb; i++)
       cache_put (&x->cache, ents[i]);
