@@ -220,11 +220,19 @@ lg_cmd_format (int argc, char **argv)
    * a sealed ZERO unit is authentic only over zeroed bytes.  On a
    * thin-provisioned LUN this deallocates and is quick. */
   lg_progress_start ("format: zeroing");
-  if (lg_dev_zero (raw, lazy ? h.data_offset : raw->size, 0, LG_MAY_TRIM) < 0) {
+  /* Lazy: the metadata area of a huge LUN is huge too (1/43 of it), and
+   * is left alone.  Old bytes there fail authentication (the UUID is in
+   * every tag), so such a unit reads EIO until it is written, never as
+   * someone else's data. */
+  if (lg_dev_zero (raw, lazy ? LG_HDR_AREA : raw->size, 0, LG_MAY_TRIM) < 0) {
     lg_progress_end ();
     goto out;
   }
   lg_progress_end ();
+  if (lazy && force)
+    lg_warn ("%s: --lazy leaves the metadata area as it is: units of the "
+             "old data read as errors until written",
+             raw->name);
   if (!lazy) {
     lg_progress_start ("format: sealing units");
     if (lg_crypt_init_units (cd, 0, h.nunits, progress) < 0) {
