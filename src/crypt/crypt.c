@@ -411,22 +411,6 @@ data_off (const struct cdev *x, uint64_t u)
   return x->h.data_offset + u * LG_UNIT_SIZE;
 }
 
-/* Reads the metadata blocks of a span into md (nblocks * 4096), from the
- * cache where loaded.  Stripe locks held. */
-static int
-read_md (struct cdev *x, const struct span *sp, uint8_t *md)
-{
-  uint64_t nb = sp->b1 - sp->b0 + 1;
-
-  if (lg_dev_pread (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0)) < 0)
-    return -1;
-  /* Where this session has newer knowledge (written but maybe not yet
-   * visible... it is: writes complete before unlock), the disk is the
-   * truth; the cache only saves the read.  XXX: skip the read of blocks
-   * that are all cached. */
-  return 0;
-}
-
 /* ---- the device ---- */
 
 static void
@@ -442,14 +426,13 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
             (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors);
 }
 
-/* The metadata of a span for a reader (stripe locks held shared): from
- * the cache when every block is there, else from disk, filling the cache.
- * Entries are filled under the cache mutex: two readers may race to fill
- * one, with the same bytes; writers are excluded by the stripe locks.
- * ents[] come back pinned (or NULL). */
-static int
-load_md_shared (struct cdev *x, const struct span *sp, uint8_t *md,
-                struct mdent **ents, bool use_cache)
+/* The metadata of a span for a reader (stripe locks held shared): pins
+ * the cache entries (ents[], NULL where the cache is full) and copies the
+ * blocks from the cache when all are there (returns true).  Otherwise the
+ * caller reads them from disk and calls fill_md_cache. */
+static bool
+md_from_cache (struct cdev *x, const struct span *sp, uint8_t *md,
+               struct mdent **ents, bool use_cache)
 {
   uint64_t nb = sp->b1 - sp->b0 + 1;
   bool all = use_cache;
@@ -458,13 +441,21 @@ load_md_shared (struct cdev *x, const struct span *sp, uint8_t *md,
     ents[i] = use_cache ? cache_get (&x->cache, sp->b0 + i) : NULL;
     all &= ents[i] != NULL && ents[i]->loaded;
   }
-  if (all) {
-    for (uint64_t i = 0; i < nb; i++)
-      memcpy (md + i * LG_MD_BLOCK, ents[i]->data, LG_MD_BLOCK);
-    return 0;
-  }
-  if (read_md (x, sp, md) < 0)
-    return -1;
+  if (!all)
+    return false;
+  for (uint64_t i = 0; i < nb; i++)
+    memcpy (md + i * LG_MD_BLOCK, ents[i]->data, LG_MD_BLOCK);
+  return true;
+}
+
+/* Entries are filled under the cache mutex: two readers may race to fill
+ * one, with the same bytes; writers are excluded by the stripe locks. */
+static void
+fill_md_cache (struct cdev *x, const struct span *sp, const uint8_t *md,
+               struct mdent **ents)
+{
+  uint64_t nb = sp->b1 - sp->b0 + 1;
+
   pthread_mutex_lock (&x->cache.lock);
   for (uint64_t i = 0; i < nb; i++)
     if (ents[i] && !ents[i]->loaded) {
@@ -473,7 +464,6 @@ load_md_shared (struct cdev *x, const struct span *sp, uint8_t *md,
       ents[i]->loaded = true;
     }
   pthread_mutex_unlock (&x->cache.lock);
-  return 0;
 }
 
 /* Reads and authenticates whole units [u0, u1) into out (stripe locks
@@ -500,10 +490,21 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
   if (md == NULL || ct == NULL || ents == NULL || lknown == NULL
       || lcur == NULL)
     goto err;
-  if (load_md_shared (x, sp, md, ents, use_cache) < 0
-      || lg_dev_pread (x->lower, ct, n * LG_UNIT_SIZE, data_off (x, sp->u0))
-          < 0)
-    goto err;
+  if (md_from_cache (x, sp, md, ents, use_cache)) {
+    if (lg_dev_pread (x->lower, ct, n * LG_UNIT_SIZE, data_off (x, sp->u0)) < 0)
+      goto err;
+  }
+  else {
+    /* Metadata and data in one batch: one round trip, not two. */
+    struct lg_dev_seg segs[2] = {
+      { md, nb * LG_MD_BLOCK, md_off (x, sp->b0) },
+      { ct, n * LG_UNIT_SIZE, data_off (x, sp->u0) },
+    };
+
+    if (lg_dev_pread_multi (x->lower, segs, 2) < 0)
+      goto err;
+    fill_md_cache (x, sp, md, ents);
+  }
   for (uint64_t u = sp->u0; u < sp->u1; u++) {
     uint64_t k = u - sp->u0;
     const uint8_t *blk = md + (u / LG_UNITS_PER_MD - sp->b0) * LG_MD_BLOCK;
@@ -640,15 +641,40 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
 
   if (md == NULL || ents == NULL)
     goto out;
-  /* Metadata: from the cache where loaded, else from disk. */
-  for (uint64_t i = 0; i < nb; i++)
-    ents[i] = cache_get (&x->cache, sp->b0 + i);
+  /* Metadata: from the cache where loaded, else from disk.  Which slot is
+   * current, where this session does not know and the volume is dirty:
+   * read the old data and see which slot authenticates it (the trap:
+   * after an unclean stop the newer slot may be the one that does not).
+   * Both reads go in one batch. */
   {
-    bool need_read = false;
+    bool need_md = false, need_old = false;
+    struct lg_dev_seg segs[2];
+    unsigned ns = 0;
 
-    for (uint64_t i = 0; i < nb; i++)
-      need_read |= ents[i] == NULL || !ents[i]->loaded;
-    if (need_read && read_md (x, sp, md) < 0)
+    for (uint64_t i = 0; i < nb; i++) {
+      ents[i] = cache_get (&x->cache, sp->b0 + i);
+      need_md |= ents[i] == NULL || !ents[i]->loaded;
+    }
+    for (uint64_t u = sp->u0;
+         u < sp->u1 && !atomic_load (&x->trust_newer) && !need_old; u++) {
+      uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
+      unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
+
+      need_old = ents[i] == NULL || !ents[i]->loaded
+          || !(ents[i]->known & (UINT64_C (1) << j));
+    }
+    if (need_md)
+      segs[ns++]
+          = (struct lg_dev_seg){ md, nb * LG_MD_BLOCK, md_off (x, sp->b0) };
+    if (need_old) {
+      old = malloc (n * LG_UNIT_SIZE);
+      scratch = malloc (LG_UNIT_SIZE);
+      if (old == NULL || scratch == NULL)
+        goto out;
+      segs[ns++]
+          = (struct lg_dev_seg){ old, n * LG_UNIT_SIZE, data_off (x, sp->u0) };
+    }
+    if (ns && lg_dev_pread_multi (x->lower, segs, ns) < 0)
       goto out_errno;
     for (uint64_t i = 0; i < nb; i++) {
       uint8_t *blk = md + i * LG_MD_BLOCK;
@@ -660,25 +686,6 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
         ents[i]->loaded = true;
         ents[i]->known = ents[i]->cur = 0;
       }
-    }
-  }
-  /* Which slot is current, where this session does not know: read the
-   * old data and see which slot authenticates it.  (The trap: after an
-   * unclean stop the newer slot may be the one that does not.) */
-  for (uint64_t u = sp->u0; u < sp->u1 && !atomic_load (&x->trust_newer); u++) {
-    uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
-    unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
-
-    if ((ents[i] == NULL || !(ents[i]->known & (UINT64_C (1) << j)))
-        && !both_empty (md + i * LG_MD_BLOCK, j)) {
-      old = malloc (n * LG_UNIT_SIZE);
-      scratch = malloc (LG_UNIT_SIZE);
-      if (old == NULL || scratch == NULL)
-        goto out;
-      if (lg_dev_pread (x->lower, old, n * LG_UNIT_SIZE, data_off (x, sp->u0))
-          < 0)
-        goto out_errno;
-      break;
     }
   }
   if (in && x->h.mode == LG_MODE_AEAD) {

@@ -44,6 +44,21 @@ lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 }
 
 int
+lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++)
+    if (check_range (d, "read", segs[i].count, segs[i].off) < 0)
+      return -1;
+  if (d->ops->pread_multi)
+    return d->ops->pread_multi (d, segs, n);
+  for (unsigned i = 0; i < n; i++)
+    if (segs[i].count
+        && d->ops->pread (d, segs[i].buf, segs[i].count, segs[i].off) < 0)
+      return -1;
+  return 0;
+}
+
+int
 lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
                unsigned flags)
 {

@@ -22,9 +22,19 @@ struct lg_dev;
 typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
                           bool is_hole);
 
+/* One range of a multi-range read. */
+struct lg_dev_seg {
+  void *buf;
+  size_t count;
+  uint64_t off;
+};
+
 struct lg_dev_ops {
   const char *name;
   int (*pread) (struct lg_dev *d, void *buf, size_t count, uint64_t off);
+  /* Optional: several reads in flight together (else one by one). */
+  int (*pread_multi) (struct lg_dev *d, const struct lg_dev_seg *segs,
+                      unsigned n);
   int (*pwrite) (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
                  unsigned flags);
   int (*flush) (struct lg_dev *d);
@@ -54,6 +64,8 @@ struct lg_dev {
  * naming the device and the range.  Requests beyond the end fail with
  * EINVAL; writes to a read-only device with EPERM. */
 int lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off);
+int lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs,
+                        unsigned n);
 int lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count,
                    uint64_t off, unsigned flags);
 int lg_dev_flush (struct lg_dev *d);

@@ -68,75 +68,121 @@ cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
   return -1;
 }
 
-/* Reads or writes whole blocks, split in commands of at most max_blocks,
- * all in flight at once. */
+/* Ranges of whole blocks, for one batch of commands. */
+struct blkseg {
+  uint8_t *buf;
+  uint64_t lba, nblocks;
+};
+
+struct pending {
+  struct lg_cmd cmd;
+  uint64_t lba, nblocks;
+};
+
+/* Reads or writes whole-block ranges, split in commands of at most
+ * max_blocks, all in flight at once over the pool. */
 static int
-rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
-           uint64_t nblocks, bool fua)
+rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
+         bool fua)
 {
-  struct lg_cmd stack_cmds[STACK_CMDS], *cmds = stack_cmds;
+  struct pending stack_cmds[STACK_CMDS], *p = stack_cmds;
   struct lg_waiter w;
-  uint64_t n = (nblocks + x->max_blocks - 1) / x->max_blocks;
+  uint64_t n = 0, k = 0;
   int r = 0;
 
+  for (unsigned s = 0; s < nsegs; s++)
+    n += (segs[s].nblocks + x->max_blocks - 1) / x->max_blocks;
   if (n > STACK_CMDS) {
-    cmds = calloc (n, sizeof *cmds);
-    if (cmds == NULL)
+    p = calloc (n, sizeof *p);
+    if (p == NULL)
       return -1;
   }
   else
-    memset (cmds, 0, n * sizeof *cmds);
+    memset (p, 0, n * sizeof *p);
 
   lg_waiter_init (&w, (unsigned) n);
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t first = lba + i * x->max_blocks;
-    uint64_t cnt = nblocks - i * x->max_blocks;
-    uint32_t bytes;
+  for (unsigned s = 0; s < nsegs; s++)
+    for (uint64_t done = 0; done < segs[s].nblocks; done += x->max_blocks) {
+      struct pending *q = &p[k++];
+      uint64_t cnt = segs[s].nblocks - done;
+      uint32_t bytes;
 
-    if (cnt > x->max_blocks)
-      cnt = x->max_blocks;
-    bytes = (uint32_t) (cnt * x->bs);
-    cmds[i].kind = LG_CMD_SCSI;
-    cmds[i].lun = x->lun;
-    cmds[i].waiter = &w;
-    cmds[i].iov.iov_base = buf + i * (uint64_t) x->max_blocks * x->bs;
-    cmds[i].iov.iov_len = bytes;
-    cmds[i].task = write
-        ? scsi_cdb_write16 (first, bytes, (int) x->bs, 0, 0, fua, 0, 0)
-        : scsi_cdb_read16 (first, bytes, (int) x->bs, 0, 0, 0, 0, 0);
-    if (cmds[i].task == NULL) {
-      cmds[i].status = SCSI_STATUS_ERROR;
-      snprintf (cmds[i].msg, sizeof cmds[i].msg, "out of memory");
-      /* Never submitted: count it done. */
-      lg_waiter_done (&w);
-      continue;
+      if (cnt > x->max_blocks)
+        cnt = x->max_blocks;
+      bytes = (uint32_t) (cnt * x->bs);
+      q->lba = segs[s].lba + done;
+      q->nblocks = cnt;
+      q->cmd.kind = LG_CMD_SCSI;
+      q->cmd.lun = x->lun;
+      q->cmd.waiter = &w;
+      q->cmd.iov.iov_base = segs[s].buf + done * x->bs;
+      q->cmd.iov.iov_len = bytes;
+      q->cmd.task = write
+          ? scsi_cdb_write16 (q->lba, bytes, (int) x->bs, 0, 0, fua, 0, 0)
+          : scsi_cdb_read16 (q->lba, bytes, (int) x->bs, 0, 0, 0, 0, 0);
+      if (q->cmd.task == NULL) {
+        q->cmd.status = SCSI_STATUS_ERROR;
+        snprintf (q->cmd.msg, sizeof q->cmd.msg, "out of memory");
+        /* Never submitted: count it done. */
+        lg_waiter_done (&w);
+        continue;
+      }
+      lg_pool_submit (x->pool, &q->cmd);
     }
-    lg_pool_submit (x->pool, &cmds[i]);
-  }
   lg_waiter_wait (&w);
   lg_waiter_destroy (&w);
 
   for (uint64_t i = 0; i < n; i++) {
     if (r == 0
-        && (cmds[i].task == NULL
-            || lg_scsi_errno (cmds[i].status, cmds[i].sense.key,
-                              cmds[i].sense.ascq)
-                != 0)) {
-      uint64_t first = lba + i * x->max_blocks;
-      uint64_t cnt = nblocks - i * x->max_blocks;
-
-      r = cmd_failed (x, &cmds[i], first,
-                      cnt > x->max_blocks ? x->max_blocks : cnt);
-    }
-    scsi_free_scsi_task (cmds[i].task);
+        && (p[i].cmd.task == NULL
+            || lg_scsi_errno (p[i].cmd.status, p[i].cmd.sense.key,
+                              p[i].cmd.sense.ascq)
+                != 0))
+      r = cmd_failed (x, &p[i].cmd, p[i].lba, p[i].nblocks);
+    scsi_free_scsi_task (p[i].cmd.task);
   }
-  if (cmds != stack_cmds) {
+  if (p != stack_cmds) {
     int saved = errno;
 
-    free (cmds);
+    free (p);
     errno = saved;
   }
   return r;
+}
+
+static int
+rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
+           uint64_t nblocks, bool fua)
+{
+  struct blkseg seg = { buf, lba, nblocks };
+
+  return rw_segs (x, write, &seg, 1, fua);
+}
+
+/* Several aligned reads in one batch (the crypt layer reads a range's
+ * metadata and data together); unaligned ones one after the other. */
+static int idev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off);
+
+static int
+idev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
+{
+  struct idev *x = to_idev (d);
+  struct blkseg bs[8];
+  bool aligned = n <= 8;
+
+  for (unsigned i = 0; i < n && aligned; i++) {
+    aligned = segs[i].off % x->bs == 0 && segs[i].count % x->bs == 0;
+    bs[i].buf = segs[i].buf;
+    bs[i].lba = segs[i].off / x->bs;
+    bs[i].nblocks = segs[i].count / x->bs;
+  }
+  if (aligned)
+    return rw_segs (x, false, bs, n, false);
+  for (unsigned i = 0; i < n; i++)
+    if (segs[i].count
+        && idev_pread (d, segs[i].buf, segs[i].count, segs[i].off) < 0)
+      return -1;
+  return 0;
 }
 
 static int
@@ -535,6 +581,7 @@ idev_close (struct lg_dev *d)
 static const struct lg_dev_ops idev_ops = {
   .name = "iscsi",
   .pread = idev_pread,
+  .pread_multi = idev_pread_multi,
   .pwrite = idev_pwrite,
   .flush = idev_flush,
   .trim = idev_trim,
