@@ -47,6 +47,17 @@ PY
 expect_fail_with "wrong passphrase" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" "passphrase=+$wrong" --run true
 
+# A key added while the volume is served survives the gateway's clean
+# stop (which rewrites the header to mark the volume clean).
+key2="$TGT_DIR/key2"; head -c 32 /dev/urandom >"$key2"
+nbd_run "url=$url/1" "key-file=$key" -- \
+  "$LUNGATE" key add --key-file "$key" --new-key-file "$key2" "$url/1" \
+  || fail "key add while served"
+"$LUNGATE" key list "$url/1" | grep -q "^slot 2: key-file" \
+  || fail "a key added while the volume was served was lost"
+"$LUNGATE" verify --key-file "$key2" "$url/1" >/dev/null || fail "the added key does not open"
+"$LUNGATE" key remove --key-file "$key" --slot 2 "$url/1" >/dev/null || fail "remove slot 2"
+
 # Remove the passphrase slot: the passphrase no longer opens, the key does.
 "$LUNGATE" key remove --key-file "$key" --slot 0 "$url/1" || fail "key remove"
 expect_fail_with "wrong passphrase" "$LUNGATE" verify --passphrase-file "$pass" "$url/1"

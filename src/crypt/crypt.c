@@ -957,10 +957,19 @@ cdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
                      flags);
 }
 
-/* Marks the header clean or dirty on disk. */
+/* Marks the header clean or dirty on disk.  The header is read again
+ * first: `lungate key add' may have changed the key slots while the volume
+ * was open, and writing back the copy taken at open would drop them. */
 static int
 set_dirty (struct cdev *x, bool dirty)
 {
+  struct lg_header now;
+  char err[256];
+
+  if (lg_header_read (x->lower, &now, err, sizeof err) == 0
+      && sodium_memcmp (now.uuid, x->h.uuid, sizeof now.uuid) == 0
+      && lg_header_check_mac (&now, x->mk) == 0)
+    x->h = now;
   if (dirty)
     x->h.flags |= LG_HDR_FLAG_DIRTY;
   else
