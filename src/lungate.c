@@ -24,6 +24,7 @@ static const struct {
   { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
   { "key", lg_cmd_key, "list, add or remove the key slots of a volume" },
+  { "mount", lg_cmd_mount, "mount LUNs as files (FUSE)" },
 };
 
 static void
@@ -56,6 +57,7 @@ version (void)
   printf ("lungate %s\n", PACKAGE_VERSION);
   printf ("libiscsi %s\n", LG_LIBISCSI_VERSION);
   printf ("nbdkit %s\n", LG_NBDKIT_VERSION);
+  printf ("libfuse %s\n", LG_FUSE_VERSION);
   printf ("libsodium %s\n", sodium_version_string ());
 }
 

@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate mount: LUNs as files in a FUSE mount.  A LUN URL gives DIR/lunN,
+ * a target URL one DIR/lunN per disk LUN, a portal URL DIR/IQN/lunN for
+ * every target discovery finds.  Main thread, then libfuse's workers. */
+#include <config.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "dev/iscsi.h"
+#include "dev/stack.h"
+#include "fuse/fs.h"
+#include "iscsi/lun.h"
+#include "iscsi/pool.h"
+#include "util/log.h"
+
+enum {
+  OPT_CONNECTIONS = OPT_LOGIN_LAST + 1,
+  OPT_MODE,
+  OPT_UID,
+  OPT_GID,
+};
+
+static const char usage[]
+    = "Usage: lungate mount [OPTIONS] URL DIR\n"
+      "\n"
+      "Mount LUNs as files: a LUN URL gives DIR/lunN, a target URL one\n"
+      "DIR/lunN per disk LUN, a portal URL DIR/TARGET-IQN/lunN for every "
+      "target.\n"
+      "Runs in the background unless -f; unmount with fusermount3 -u DIR.\n"
+      "DIR/.stats shows per-LUN counters.\n"
+      "\n"
+      "Options:\n"
+      "  -f, --foreground             stay in the foreground\n"
+      "  -o OPT[,OPT...]              mount options: ro, allow_other (with\n"
+      "                               default_permissions), "
+      "default_permissions\n"
+      "  --connections N              iSCSI connections per target (default "
+      "2)\n"
+      "  --mode MODE                  file mode, octal (default 0600)\n"
+      "  --uid UID, --gid GID         owner of the files (default: yours)\n"
+      "  -h, --help                   this help\n"
+      "\n";
+
+#define MAX_TARGETS 64
+
+struct plan_lun {
+  int target;
+  int lun;
+};
+
+struct mount_plan {
+  struct lg_url *u;
+  const struct lg_login *login;
+  struct lg_keysrc ks;
+  unsigned connections;
+  bool read_only;
+  size_t ntargets;
+  char *targets[MAX_TARGETS];
+  int dirs[MAX_TARGETS]; /* fs directory per target, 0 = root */
+  size_t nluns;
+  struct plan_lun luns[1024];
+  struct lg_pool *pools[MAX_TARGETS];
+};
+
+/* Logs in to every target and lists its disk LUNs, checking the keys of
+ * formatted ones, before anything is mounted: errors come out here. */
+static int
+make_plan (struct mount_plan *m)
+{
+  char err[512];
+
+  if (m->u->kind == LG_URL_PORTAL) {
+    struct lg_session *s;
+    struct lg_cmd cmd;
+
+    s = lg_session_open (m->login, m->u->portal, NULL, err, sizeof err);
+    if (s == NULL) {
+      lg_error ("%s", err);
+      return -1;
+    }
+    memset (&cmd, 0, sizeof cmd);
+    cmd.kind = LG_CMD_DISCOVERY;
+    lg_session_exec (s, &cmd);
+    lg_session_close (s);
+    if (cmd.status != SCSI_STATUS_GOOD) {
+      lg_error ("%s: SendTargets discovery failed: %s", m->u->portal, cmd.msg);
+      return -1;
+    }
+    for (size_t i = 0; i < cmd.targets->n && m->ntargets < MAX_TARGETS; i++)
+      m->targets[m->ntargets++] = strdup (cmd.targets->t[i].name);
+    lg_target_list_free (cmd.targets);
+    if (m->ntargets == 0) {
+      lg_error ("%s: no targets", m->u->portal);
+      return -1;
+    }
+  }
+  else
+    m->targets[m->ntargets++] = strdup (m->u->target);
+
+  for (size_t t = 0; t < m->ntargets; t++) {
+    struct lg_pool *p = lg_pool_open (m->login, m->u->portal, m->targets[t], 1,
+                                      err, sizeof err);
+    int *luns = NULL;
+    size_t n = 0;
+
+    if (p == NULL) {
+      lg_error ("%s", err);
+      return -1;
+    }
+    if (m->u->kind == LG_URL_LUN) {
+      luns = malloc (sizeof *luns);
+      luns[0] = m->u->lun;
+      n = 1;
+    }
+    else if (lg_report_luns (p, &luns, &n, err, sizeof err) < 0) {
+      lg_error ("%s", err);
+      lg_pool_close (p);
+      return -1;
+    }
+    for (size_t i = 0; i < n && m->nluns < 1024; i++) {
+      struct lg_dev *d
+          = lg_iscsi_dev_open (p, false, luns[i], true, err, sizeof err);
+
+      if (d == NULL) {
+        if (m->u->kind == LG_URL_LUN) {
+          lg_error ("%s", err);
+          free (luns);
+          lg_pool_close (p);
+          return -1;
+        }
+        continue; /* not a disk: the controller LUN */
+      }
+      d = lg_stack_wrap (d, &m->ks, 0, err, sizeof err);
+      if (d == NULL) {
+        lg_error ("%s", err);
+        free (luns);
+        lg_pool_close (p);
+        return -1;
+      }
+      lg_dev_close (d);
+      m->luns[m->nluns].target = (int) t;
+      m->luns[m->nluns].lun = luns[i];
+      m->nluns++;
+    }
+    free (luns);
+    lg_pool_close (p);
+  }
+  if (m->nluns == 0) {
+    lg_error ("%s: no disk LUN to mount", m->u->portal);
+    return -1;
+  }
+  return 0;
+}
+
+/* In the serving process (after the fork to the background): the pools
+ * and devices, and the files. */
+static int
+ready (struct lg_fs *fs, void *opaque)
+{
+  struct mount_plan *m = opaque;
+  char err[512], name[32];
+
+  for (size_t t = 0; t < m->ntargets; t++) {
+    m->pools[t] = lg_pool_open (m->login, m->u->portal, m->targets[t],
+                                m->connections, err, sizeof err);
+    if (m->pools[t] == NULL) {
+      lg_error ("%s", err);
+      return -1;
+    }
+    m->dirs[t] = m->u->kind == LG_URL_PORTAL
+        ? lg_fs_add_dir (fs, 0, m->targets[t])
+        : 0;
+  }
+  for (size_t i = 0; i < m->nluns; i++) {
+    struct lg_dev *d
+        = lg_iscsi_dev_open (m->pools[m->luns[i].target], false, m->luns[i].lun,
+                             m->read_only, err, sizeof err);
+
+    if (d)
+      d = lg_stack_wrap (d, &m->ks, 0, err, sizeof err);
+    if (d == NULL) {
+      lg_error ("%s", err);
+      return -1;
+    }
+    snprintf (name, sizeof name, "lun%d", m->luns[i].lun);
+    if (lg_fs_add_file (fs, m->dirs[m->luns[i].target], name, d) < 0) {
+      lg_dev_close (d);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static long
+parse_num (const char *opt, const char *arg, int base, long max)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (arg, &end, base);
+  if (errno || end == arg || *end || v < 0 || v > max) {
+    lg_error ("%s: bad value '%s'", opt, arg);
+    return -1;
+  }
+  return v;
+}
+
+int
+lg_cmd_mount (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    LG_LOGIN_OPTIONS,
+    LG_KEY_OPTIONS,
+    { "foreground", no_argument, NULL, 'f' },
+    { "connections", required_argument, NULL, OPT_CONNECTIONS },
+    { "mode", required_argument, NULL, OPT_MODE },
+    { "uid", required_argument, NULL, OPT_UID },
+    { "gid", required_argument, NULL, OPT_GID },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct lg_login login;
+  struct lg_cmd_keys keys = { 0 };
+  struct lg_url u = { 0 };
+  struct lg_fs_opts fo = { false, 0600, getuid (), getgid () };
+  struct mount_plan *m = NULL;
+  struct lg_fs *fs = NULL;
+  char *fargv[8];
+  int fargc = 0;
+  char *mount_opts = NULL;
+  bool foreground = false, allow_other = false, default_perms = false;
+  bool mode_set = false;
+  unsigned connections = 2;
+  long v;
+  int c, status = LG_EXIT_FAIL;
+
+  if (lg_login_init (&login) < 0)
+    return LG_EXIT_FAIL;
+  fargv[fargc++] = (char *) "lungate";
+  while ((c = getopt_long (argc, argv, "+fho:", opts, NULL)) != -1) {
+    int r = lg_login_option (&login, c, optarg);
+
+    if (r == 0)
+      r = lg_key_option (&keys, c, optarg);
+    if (r < 0)
+      goto out;
+    if (r > 0)
+      continue;
+    switch (c) {
+    case 'f':
+      foreground = true;
+      break;
+    case 'o': {
+      char *copy = strdup (optarg), *save = NULL;
+
+      for (char *o = strtok_r (copy, ",", &save); o;
+           o = strtok_r (NULL, ",", &save)) {
+        if (strcmp (o, "ro") == 0)
+          fo.read_only = true;
+        else if (strcmp (o, "rw") == 0)
+          fo.read_only = false;
+        else if (strcmp (o, "allow_other") == 0)
+          allow_other = true;
+        else if (strcmp (o, "default_permissions") == 0)
+          default_perms = true;
+        else {
+          lg_error ("-o: unknown mount option '%s'", o);
+          free (copy);
+          goto out;
+        }
+      }
+      free (copy);
+      break;
+    }
+    case OPT_CONNECTIONS:
+      if ((v = parse_num ("--connections", optarg, 10, LG_POOL_MAX)) < 1)
+        goto out;
+      connections = (unsigned) v;
+      break;
+    case OPT_MODE:
+      if ((v = parse_num ("--mode", optarg, 8, 07777)) < 0)
+        goto out;
+      fo.file_mode = (mode_t) v;
+      mode_set = true;
+      break;
+    case OPT_UID:
+      if ((v = parse_num ("--uid", optarg, 10, INT_MAX)) < 0)
+        goto out;
+      fo.uid = (uid_t) v;
+      break;
+    case OPT_GID:
+      if ((v = parse_num ("--gid", optarg, 10, INT_MAX)) < 0)
+        goto out;
+      fo.gid = (gid_t) v;
+      break;
+    case 'h':
+      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
+      status = LG_EXIT_OK;
+      goto out;
+    default:
+      status = lg_usage_error ("mount", "unknown option");
+      goto out;
+    }
+  }
+  if (argc - optind != 2) {
+    status = lg_usage_error ("mount", "expected a URL and a directory");
+    goto out;
+  }
+  if (allow_other && !default_perms) {
+    lg_error ("-o allow_other needs -o default_permissions too: otherwise "
+              "every user could write the LUNs");
+    goto out;
+  }
+  if (!mode_set && fo.read_only)
+    fo.file_mode = 0400;
+  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+    goto out;
+
+  m = calloc (1, sizeof *m);
+  if (m == NULL)
+    goto out;
+  m->u = &u;
+  m->login = &login;
+  m->ks.keyfile = keys.keyfile;
+  m->ks.passphrase = keys.passphrase;
+  m->connections = connections;
+  m->read_only = fo.read_only;
+  if (make_plan (m) < 0)
+    goto out;
+
+  fs = lg_fs_new (&fo);
+  if (fs == NULL)
+    goto out;
+  {
+    size_t len = 64;
+
+    mount_opts = malloc (len);
+    snprintf (mount_opts, len, "fsname=lungate,subtype=lungate%s%s%s",
+              fo.read_only ? ",ro" : "", allow_other ? ",allow_other" : "",
+              default_perms ? ",default_permissions" : "");
+    fargv[fargc++] = (char *) "-o";
+    fargv[fargc++] = mount_opts;
+  }
+  if (lg_fs_run (fs, argv[optind + 1], fargc, fargv, foreground, ready, m) == 0)
+    status = LG_EXIT_OK;
+
+out:
+  lg_fs_free (fs);
+  if (m) {
+    for (size_t t = 0; t < m->ntargets; t++) {
+      lg_pool_close (m->pools[t]);
+      free (m->targets[t]);
+    }
+    free (m);
+  }
+  free (mount_opts);
+  lg_cmd_keys_clear (&keys);
+  lg_url_clear (&u);
+  lg_login_clear (&login);
+  return status;
+}

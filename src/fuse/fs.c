@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The FUSE file system: a static tree of directories (targets) and files
+ * (LUNs), plus a hidden read-only .stats file.  Requests run on libfuse's
+ * worker threads (fuse_session_loop_mt), each calling the block-device
+ * interface and replying when the iSCSI commands complete.
+ *
+ * Threads: the tree is built before the session starts and is immutable
+ * afterwards; per-file counters are atomics.  No lock is held across a
+ * fuse_reply_* call.
+ * XXX: a worker thread waits for its request's I/O; an asynchronous
+ * interface to the block device would let one thread carry many.
+ */
+#include <config.h>
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fuse/fs.h"
+#include "util/log.h"
+
+#define MAX_NODES 1024
+#define STATS_NAME ".stats"
+
+struct node {
+  int parent; /* index, -1 for the root */
+  char name[256];
+  bool dir;
+  struct lg_dev *dev; /* files */
+  atomic_uint_fast64_t rd_bytes, wr_bytes, rd_ops, wr_ops, errors;
+};
+
+struct lg_fs {
+  struct lg_fs_opts o;
+  int n;
+  struct node nodes[MAX_NODES];
+  int stats; /* index of .stats */
+  time_t mounted;
+};
+
+/* fuse ino = index + 1 (the root is index 0, ino 1 = FUSE_ROOT_ID). */
+static struct lg_fs *the_fs;
+
+static struct node *
+node_of (fuse_ino_t ino)
+{
+  if (ino < 1 || ino > (fuse_ino_t) the_fs->n)
+    return NULL;
+  return &the_fs->nodes[ino - 1];
+}
+
+struct lg_fs *
+lg_fs_new (const struct lg_fs_opts *o)
+{
+  struct lg_fs *fs = calloc (1, sizeof *fs);
+
+  if (fs == NULL)
+    return NULL;
+  fs->o = *o;
+  fs->n = 1;
+  fs->nodes[0].parent = -1;
+  fs->nodes[0].dir = true;
+  fs->stats = fs->n++;
+  fs->nodes[fs->stats].parent = 0;
+  snprintf (fs->nodes[fs->stats].name, sizeof fs->nodes[0].name, "%s",
+            STATS_NAME);
+  return fs;
+}
+
+static int
+add (struct lg_fs *fs, int parent, const char *name, bool dir,
+     struct lg_dev *dev)
+{
+  struct node *nd;
+
+  if (fs->n >= MAX_NODES)
+    return -1;
+  nd = &fs->nodes[fs->n];
+  nd->parent = parent;
+  snprintf (nd->name, sizeof nd->name, "%s", name);
+  nd->dir = dir;
+  nd->dev = dev;
+  return fs->n++;
+}
+
+int
+lg_fs_add_dir (struct lg_fs *fs, int parent, const char *name)
+{
+  return add (fs, parent, name, true, NULL);
+}
+
+int
+lg_fs_add_file (struct lg_fs *fs, int parent, const char *name,
+                struct lg_dev *dev)
+{
+  return add (fs, parent, name, false, dev);
+}
+
+void
+lg_fs_free (struct lg_fs *fs)
+{
+  if (fs == NULL)
+    return;
+  for (int i = 0; i < fs->n; i++)
+    if (fs->nodes[i].dev) {
+      if (lg_dev_flush (fs->nodes[i].dev) < 0)
+        lg_error ("%s: flush at unmount failed", fs->nodes[i].dev->name);
+      lg_dev_close (fs->nodes[i].dev);
+    }
+  free (fs);
+}
+
+/* ---- attributes ---- */
+
+static void
+fill_stat (fuse_ino_t ino, struct stat *st)
+{
+  struct node *nd = node_of (ino);
+
+  memset (st, 0, sizeof *st);
+  st->st_ino = ino;
+  st->st_uid = the_fs->o.uid;
+  st->st_gid = the_fs->o.gid;
+  st->st_atime = st->st_mtime = st->st_ctime = the_fs->mounted;
+  if (nd->dir) {
+    st->st_mode = S_IFDIR | 0755;
+    st->st_nlink = 2;
+  }
+  else if (nd->dev == NULL) { /* .stats */
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_size = 0;
+    st->st_blksize = 4096;
+  }
+  else {
+    st->st_mode = S_IFREG | (the_fs->o.file_mode & 07777);
+    if (the_fs->o.read_only || nd->dev->read_only)
+      st->st_mode &= ~(mode_t) 0222;
+    st->st_nlink = 1;
+    st->st_size = (off_t) nd->dev->size;
+    st->st_blksize
+        = (blksize_t) (nd->dev->pref_block_size ? nd->dev->pref_block_size
+                                                : 4096);
+    st->st_blocks = (blkcnt_t) (nd->dev->size / 512);
+  }
+}
+
+static void
+fs_lookup (fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+  struct fuse_entry_param e;
+
+  for (int i = 1; i < the_fs->n; i++)
+    if ((fuse_ino_t) the_fs->nodes[i].parent + 1 == parent
+        && strcmp (the_fs->nodes[i].name, name) == 0) {
+      memset (&e, 0, sizeof e);
+      e.ino = (fuse_ino_t) i + 1;
+      e.attr_timeout = 1.0;
+      e.entry_timeout = 1.0;
+      fill_stat (e.ino, &e.attr);
+      fuse_reply_entry (req, &e);
+      return;
+    }
+  fuse_reply_err (req, ENOENT);
+}
+
+static void
+fs_getattr (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+  struct stat st;
+
+  (void) fi;
+  if (node_of (ino) == NULL) {
+    fuse_reply_err (req, ENOENT);
+    return;
+  }
+  fill_stat (ino, &st);
+  fuse_reply_attr (req, &st, 1.0);
+}
+
+static void
+fs_setattr (fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+            struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+  struct stat st;
+
+  (void) fi;
+  if (nd == NULL) {
+    fuse_reply_err (req, ENOENT);
+    return;
+  }
+  /* A LUN has the size it has: only a no-op truncate is accepted.  Times
+   * and modes are not stored: accepted and ignored (tools set them). */
+  if ((to_set & FUSE_SET_ATTR_SIZE)
+      && (nd->dev == NULL || (uint64_t) attr->st_size != nd->dev->size)) {
+    fuse_reply_err (req, nd->dir ? EISDIR : EINVAL);
+    return;
+  }
+  fill_stat (ino, &st);
+  fuse_reply_attr (req, &st, 1.0);
+}
+
+static void
+fs_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+            struct fuse_file_info *fi)
+{
+  char *buf = malloc (size);
+  size_t used = 0;
+  off_t k = 0;
+
+  (void) fi;
+  if (buf == NULL) {
+    fuse_reply_err (req, ENOMEM);
+    return;
+  }
+  for (int i = -2; i < the_fs->n; i++) {
+    const char *name;
+    struct stat st;
+    fuse_ino_t cino;
+    size_t len;
+
+    if (i == -2) {
+      name = ".";
+      cino = ino;
+    }
+    else if (i == -1) {
+      name = "..";
+      cino = node_of (ino)->parent >= 0 ? (fuse_ino_t) node_of (ino)->parent + 1
+                                        : ino;
+    }
+    else if ((fuse_ino_t) the_fs->nodes[i].parent + 1 == ino && i > 0) {
+      name = the_fs->nodes[i].name;
+      cino = (fuse_ino_t) i + 1;
+    }
+    else
+      continue;
+    k++;
+    if (k <= off)
+      continue;
+    memset (&st, 0, sizeof st);
+    st.st_ino = cino;
+    st.st_mode = node_of (cino)->dir ? S_IFDIR : S_IFREG;
+    len = fuse_add_direntry (req, buf + used, size - used, name, &st, k);
+    if (len > size - used)
+      break;
+    used += len;
+  }
+  fuse_reply_buf (req, buf, used);
+  free (buf);
+}
+
+/* ---- .stats ---- */
+
+static char *
+stats_text (size_t *len)
+{
+  char *buf = NULL;
+  size_t sz = 0;
+  FILE *f = open_memstream (&buf, &sz);
+
+  if (f == NULL)
+    return NULL;
+  fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
+  for (int i = 0; i < the_fs->n; i++) {
+    struct node *nd = &the_fs->nodes[i];
+    char path[600] = "";
+
+    if (nd->dev == NULL)
+      continue;
+    if (nd->parent > 0)
+      snprintf (path, sizeof path, "%s/", the_fs->nodes[nd->parent].name);
+    fprintf (f,
+             "file=%s%s lun=%s size=%" PRIu64 " read_bytes=%" PRIuFAST64
+             " read_ops=%" PRIuFAST64 " written_bytes=%" PRIuFAST64
+             " write_ops=%" PRIuFAST64 " errors=%" PRIuFAST64 "\n",
+             path, nd->name, nd->dev->name, nd->dev->size,
+             atomic_load (&nd->rd_bytes), atomic_load (&nd->rd_ops),
+             atomic_load (&nd->wr_bytes), atomic_load (&nd->wr_ops),
+             atomic_load (&nd->errors));
+  }
+  fclose (f);
+  *len = sz;
+  return buf;
+}
+
+struct stats_fh {
+  char *text;
+  size_t len;
+};
+
+/* ---- files ---- */
+
+static void
+fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+
+  if (nd == NULL || nd->dir) {
+    fuse_reply_err (req, nd ? EISDIR : ENOENT);
+    return;
+  }
+  if ((fi->flags & O_ACCMODE) != O_RDONLY
+      && (nd->dev == NULL || the_fs->o.read_only || nd->dev->read_only)) {
+    fuse_reply_err (req, EROFS);
+    return;
+  }
+  if (nd->dev == NULL) {
+    struct stats_fh *s = calloc (1, sizeof *s);
+
+    if (s == NULL || (s->text = stats_text (&s->len)) == NULL) {
+      free (s);
+      fuse_reply_err (req, ENOMEM);
+      return;
+    }
+    fi->fh = (uint64_t) (uintptr_t) s;
+    fi->direct_io = 1;
+  }
+  fuse_reply_open (req, fi);
+}
+
+static void
+fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+
+  if (nd && nd->dev == NULL && fi->fh) {
+    struct stats_fh *s = (struct stats_fh *) (uintptr_t) fi->fh;
+
+    free (s->text);
+    free (s);
+  }
+  fuse_reply_err (req, 0);
+}
+
+static void
+fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+         struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+  uint64_t end;
+  char *buf;
+
+  if (nd->dev == NULL) {
+    struct stats_fh *s = (struct stats_fh *) (uintptr_t) fi->fh;
+
+    if ((size_t) off >= s->len)
+      fuse_reply_buf (req, NULL, 0);
+    else
+      fuse_reply_buf (req, s->text + off,
+                      size < s->len - (size_t) off ? size
+                                                   : s->len - (size_t) off);
+    return;
+  }
+  if (off < 0 || (uint64_t) off >= nd->dev->size) {
+    fuse_reply_buf (req, NULL, 0);
+    return;
+  }
+  end = (uint64_t) off + size;
+  if (end > nd->dev->size)
+    size = (size_t) (nd->dev->size - (uint64_t) off);
+  buf = malloc (size ? size : 1);
+  if (buf == NULL) {
+    fuse_reply_err (req, ENOMEM);
+    return;
+  }
+  if (lg_dev_pread (nd->dev, buf, size, (uint64_t) off) < 0) {
+    int err = errno ? errno : EIO;
+
+    atomic_fetch_add (&nd->errors, 1);
+    free (buf);
+    fuse_reply_err (req, err);
+    return;
+  }
+  atomic_fetch_add (&nd->rd_ops, 1);
+  atomic_fetch_add (&nd->rd_bytes, size);
+  fuse_reply_buf (req, buf, size);
+  free (buf);
+}
+
+static void
+fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+          off_t off, struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+
+  (void) fi;
+  if (nd->dev == NULL) {
+    fuse_reply_err (req, EROFS);
+    return;
+  }
+  if (off < 0 || (uint64_t) off >= nd->dev->size) {
+    fuse_reply_err (req, (off >= 0 && size) ? ENOSPC : EINVAL);
+    return;
+  }
+  if ((uint64_t) off + size > nd->dev->size)
+    size = (size_t) (nd->dev->size - (uint64_t) off);
+  if (lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0) < 0) {
+    int err = errno ? errno : EIO;
+
+    atomic_fetch_add (&nd->errors, 1);
+    fuse_reply_err (req, err == EPERM ? EROFS : err);
+    return;
+  }
+  atomic_fetch_add (&nd->wr_ops, 1);
+  atomic_fetch_add (&nd->wr_bytes, size);
+  fuse_reply_write (req, size);
+}
+
+static void
+fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
+          struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+
+  (void) datasync;
+  (void) fi;
+  if (nd->dev && lg_dev_flush (nd->dev) < 0) {
+    atomic_fetch_add (&nd->errors, 1);
+    fuse_reply_err (req, errno ? errno : EIO);
+    return;
+  }
+  fuse_reply_err (req, 0);
+}
+
+static void
+fs_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+  (void) ino;
+  (void) fi;
+  fuse_reply_err (req, 0);
+}
+
+static void
+fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+              struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+  int r;
+
+  (void) fi;
+  if (nd->dev == NULL) {
+    fuse_reply_err (req, EROFS);
+    return;
+  }
+  if (off < 0 || len <= 0 || (uint64_t) off > nd->dev->size
+      || (uint64_t) len > nd->dev->size - (uint64_t) off) {
+    fuse_reply_err (req, mode == 0 ? EFBIG : EINVAL);
+    return;
+  }
+  if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+    /* A punched range must read back as zeroes: zero it, deallocating
+     * where the LUN can (a trim alone is only a hint). */
+    r = lg_dev_zero (nd->dev, (uint64_t) len, (uint64_t) off, LG_MAY_TRIM);
+  else if (mode == FALLOC_FL_ZERO_RANGE
+           || mode == (FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE))
+    r = lg_dev_zero (nd->dev, (uint64_t) len, (uint64_t) off, 0);
+  else if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
+    r = 0; /* inside the LUN everything is allocated already */
+  else {
+    fuse_reply_err (req, EOPNOTSUPP);
+    return;
+  }
+  if (r < 0) {
+    atomic_fetch_add (&nd->errors, 1);
+    fuse_reply_err (req, errno == EPERM ? EROFS : errno ? errno : EIO);
+    return;
+  }
+  fuse_reply_err (req, 0);
+}
+
+struct seek_state {
+  uint64_t from;
+  int whence;
+  uint64_t found;
+  bool done;
+};
+
+static int
+seek_extent (void *opaque, uint64_t off, uint64_t len, bool hole)
+{
+  struct seek_state *s = opaque;
+  uint64_t a = off < s->from ? s->from : off;
+
+  if (a >= off + len)
+    return 0;
+  if ((s->whence == SEEK_DATA && !hole) || (s->whence == SEEK_HOLE && hole)) {
+    s->found = a;
+    s->done = true;
+    return -1;
+  }
+  return 0;
+}
+
+static void
+fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+          struct fuse_file_info *fi)
+{
+  struct node *nd = node_of (ino);
+  struct seek_state s = { (uint64_t) off, whence, 0, false };
+
+  (void) fi;
+  if (nd->dev == NULL || off < 0
+      || (whence != SEEK_DATA && whence != SEEK_HOLE)) {
+    fuse_reply_err (req, EINVAL);
+    return;
+  }
+  if ((uint64_t) off >= nd->dev->size) {
+    fuse_reply_err (req, ENXIO);
+    return;
+  }
+  if (lg_dev_extents (nd->dev, nd->dev->size - (uint64_t) off, (uint64_t) off,
+                      seek_extent, &s)
+          < 0
+      && !s.done) {
+    fuse_reply_err (req, errno ? errno : EIO);
+    return;
+  }
+  if (s.done)
+    fuse_reply_lseek (req, (off_t) s.found);
+  else if (whence == SEEK_HOLE)
+    fuse_reply_lseek (req, (off_t) nd->dev->size); /* the implicit hole */
+  else
+    fuse_reply_err (req, ENXIO);
+}
+
+static void
+fs_statfs (fuse_req_t req, fuse_ino_t ino)
+{
+  struct statvfs sv;
+  uint64_t total = 0;
+
+  (void) ino;
+  for (int i = 0; i < the_fs->n; i++)
+    if (the_fs->nodes[i].dev)
+      total += the_fs->nodes[i].dev->size;
+  memset (&sv, 0, sizeof sv);
+  sv.f_bsize = sv.f_frsize = 4096;
+  sv.f_blocks = total / 4096;
+  sv.f_files = (fsfilcnt_t) the_fs->n;
+  sv.f_namemax = 255;
+  fuse_reply_statfs (req, &sv);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+  .lookup = fs_lookup,
+  .getattr = fs_getattr,
+  .setattr = fs_setattr,
+  .readdir = fs_readdir,
+  .open = fs_open,
+  .release = fs_release,
+  .read = fs_read,
+  .write = fs_write,
+  .flush = fs_flush,
+  .fsync = fs_fsync,
+  .fallocate = fs_fallocate,
+  .lseek = fs_lseek,
+  .statfs = fs_statfs,
+};
+
+int
+lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
+           bool foreground, int (*ready) (struct lg_fs *, void *), void *opaque)
+{
+  struct fuse_args args = FUSE_ARGS_INIT (fuse_argc, fuse_argv);
+  struct fuse_session *se;
+  struct fuse_loop_config *cfg;
+  int r = -1;
+
+  the_fs = fs;
+  fs->mounted = time (NULL);
+  se = fuse_session_new (&args, &ops, sizeof ops, NULL);
+  if (se == NULL) {
+    lg_error ("cannot start a FUSE session (bad -o option?)");
+    return -1;
+  }
+  if (fuse_session_mount (se, dir) != 0) {
+    lg_error ("%s: cannot mount (is /dev/fuse usable, and %s an empty "
+              "directory?)",
+              dir, dir);
+    goto out_destroy;
+  }
+  if (fuse_daemonize (foreground) != 0)
+    goto out_unmount;
+  if (ready && ready (fs, opaque) < 0)
+    goto out_unmount;
+  if (fuse_set_signal_handlers (se) != 0)
+    goto out_unmount;
+  cfg = fuse_loop_cfg_create ();
+  fuse_loop_cfg_set_max_threads (cfg, 64);
+  fuse_loop_cfg_set_idle_threads (cfg, 16);
+  r = fuse_session_loop_mt (se, cfg) == 0 ? 0 : -1;
+  fuse_loop_cfg_destroy (cfg);
+  fuse_remove_signal_handlers (se);
+out_unmount:
+  fuse_session_unmount (se);
+out_destroy:
+  fuse_session_destroy (se);
+  fuse_opt_free_args (&args);
+  return r;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The FUSE front end: LUNs (block devices) as regular files in a tree,
+ * served with libfuse's low-level API. */
+#ifndef LG_FUSE_FS_H
+#define LG_FUSE_FS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "dev/dev.h"
+
+struct lg_fs;
+
+struct lg_fs_opts {
+  bool read_only;
+  mode_t file_mode; /* default 0600 (0400 read-only) */
+  uid_t uid;
+  gid_t gid;
+};
+
+struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);
+
+/* Adds a directory under parent (0: the root), returns its handle. */
+int lg_fs_add_dir (struct lg_fs *fs, int parent, const char *name);
+
+/* Adds a file for dev under parent; the file system closes dev at the
+ * end.  -1 when full. */
+int lg_fs_add_file (struct lg_fs *fs, int parent, const char *name,
+                    struct lg_dev *dev);
+
+/* Mounts at dir and serves until unmounted or signalled.  fuse_argv holds
+ * libfuse's options ("-o", "allow_other", ...).  With foreground false
+ * the process goes to the background after mounting; ready (if not NULL)
+ * is called after that, in the process that serves, to open devices. */
+int lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc,
+               char **fuse_argv, bool foreground,
+               int (*ready) (struct lg_fs *fs, void *opaque), void *opaque);
+
+/* Flushes and closes every device, frees. */
+void lg_fs_free (struct lg_fs *fs);
+
+#endif
