@@ -68,6 +68,28 @@ struct mount_plan {
   struct lg_pool *pools[MAX_TARGETS];
 };
 
+/* Opens LUN lun of pool as what it is: through the crypt layer when it
+ * holds a lungate header.  With a target or portal URL a plain LUN stays
+ * plain even when a key was given (the key is for the formatted ones);
+ * with a LUN URL a key for a plain LUN is an error. */
+static struct lg_dev *
+open_lun (struct mount_plan *m, struct lg_pool *p, int lun, bool read_only,
+          char *err, size_t errlen)
+{
+  struct lg_dev *d = lg_iscsi_dev_open (p, false, lun, read_only, err, errlen);
+
+  if (d == NULL)
+    return NULL;
+  d = lg_stack_wrap (d, &m->ks, 0, err, errlen);
+  if (d == NULL && errno == EINVAL && m->u->kind != LG_URL_LUN
+      && strstr (err, "holds no lungate header")) {
+    d = lg_iscsi_dev_open (p, false, lun, read_only, err, errlen);
+    if (d)
+      d = lg_stack_wrap (d, NULL, 0, err, errlen);
+  }
+  return d;
+}
+
 /* Logs in to every target and lists its disk LUNs, checking the keys of
  * formatted ones, before anything is mounted: errors come out here. */
 static int
@@ -136,7 +158,8 @@ make_plan (struct mount_plan *m)
         }
         continue; /* not a disk: the controller LUN */
       }
-      d = lg_stack_wrap (d, &m->ks, 0, err, sizeof err);
+      lg_dev_close (d);
+      d = open_lun (m, p, luns[i], true, err, sizeof err);
       if (d == NULL) {
         lg_error ("%s", err);
         free (luns);
@@ -178,12 +201,9 @@ ready (struct lg_fs *fs, void *opaque)
         : 0;
   }
   for (size_t i = 0; i < m->nluns; i++) {
-    struct lg_dev *d
-        = lg_iscsi_dev_open (m->pools[m->luns[i].target], false, m->luns[i].lun,
-                             m->read_only, err, sizeof err);
+    struct lg_dev *d = open_lun (m, m->pools[m->luns[i].target], m->luns[i].lun,
+                                 m->read_only, err, sizeof err);
 
-    if (d)
-      d = lg_stack_wrap (d, &m->ks, 0, err, sizeof err);
     if (d == NULL) {
       lg_error ("%s", err);
       return -1;
