@@ -91,6 +91,9 @@ cmp -n $((3 << 20)) -i $((64 << 20)):0 "$mnt/lun1" /dev/zero || fail "punched/ze
 after=$(du -k "$(tgt_lun_file 1 1)" | cut -f1)
 [ "$after" -lt "$before" ] || fail "punching a hole did not deallocate ($before -> $after KiB)"
 grep -q "^file=lun1 .*written_bytes=[1-9]" "$mnt/.stats" || fail ".stats counts no writes"
+grep -Eq "^file=lun1 .* latency_p50_us=[1-9][0-9]* latency_p99_us=[1-9]" "$mnt/.stats" \
+  || { cat "$mnt/.stats"; fail ".stats has no latency percentiles"; }
+grep -q "^file=lun2 .* auth_failures=0 " "$mnt/.stats" || fail ".stats: auth_failures"
 fusermount3 -u "$mnt" || fail "unmount"
 
 # Read-only.

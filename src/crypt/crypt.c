@@ -1004,6 +1004,12 @@ cdev_close (struct lg_dev *d)
   sodium_free (x);
 }
 
+static uint64_t
+cdev_auth_failures (const struct lg_dev *d)
+{
+  return atomic_load (&((const struct cdev *) d)->auth_failures);
+}
+
 static const struct lg_dev_ops cdev_ops = {
   .name = "crypt",
   .pread = cdev_pread,
@@ -1013,6 +1019,7 @@ static const struct lg_dev_ops cdev_ops = {
   .zero = cdev_zero,
   .extents = NULL,
   .close = cdev_close,
+  .auth_failures = cdev_auth_failures,
 };
 
 struct lg_dev *

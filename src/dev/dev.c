@@ -120,3 +120,9 @@ lg_dev_close (struct lg_dev *d)
   if (d)
     d->ops->close (d);
 }
+
+uint64_t
+lg_dev_auth_failures (const struct lg_dev *d)
+{
+  return d->ops->auth_failures ? d->ops->auth_failures (d) : 0;
+}

@@ -43,6 +43,8 @@ struct lg_dev_ops {
   int (*extents) (struct lg_dev *d, uint64_t count, uint64_t off,
                   lg_extent_fn *fn, void *opaque);
   void (*close) (struct lg_dev *d);
+  /* Optional: units that failed authentication (the crypt layer). */
+  uint64_t (*auth_failures) (const struct lg_dev *d);
 };
 
 struct lg_dev {
@@ -76,5 +78,9 @@ int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,
 int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
                     lg_extent_fn *fn, void *opaque);
 void lg_dev_close (struct lg_dev *d);
+
+/* Units that failed authentication in this device or below; 0 where
+ * nothing authenticates. */
+uint64_t lg_dev_auth_failures (const struct lg_dev *d);
 
 #endif

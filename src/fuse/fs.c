@@ -32,6 +32,7 @@
 
 #define MAX_NODES 1024
 #define STATS_NAME ".stats"
+#define LAT_BUCKETS 32 /* bucket b: latencies in [2^(b-1), 2^b) µs */
 
 struct node {
   int parent; /* index, -1 for the root */
@@ -39,7 +40,48 @@ struct node {
   bool dir;
   struct lg_dev *dev; /* files */
   atomic_uint_fast64_t rd_bytes, wr_bytes, rd_ops, wr_ops, errors;
+  atomic_uint_fast64_t lat[LAT_BUCKETS]; /* reads and writes */
 };
+
+static uint64_t
+now_us (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static void
+record_latency (struct node *nd, uint64_t start)
+{
+  uint64_t us = now_us () - start;
+  unsigned b = 0;
+
+  while (us > 0 && b < LAT_BUCKETS - 1) {
+    us >>= 1;
+    b++;
+  }
+  atomic_fetch_add (&nd->lat[b], 1);
+}
+
+/* The upper bound, in µs, of the bucket holding percentile p. */
+static uint64_t
+percentile (struct node *nd, double p)
+{
+  uint64_t c[LAT_BUCKETS], total = 0, seen = 0;
+
+  for (unsigned b = 0; b < LAT_BUCKETS; b++)
+    total += c[b] = atomic_load (&nd->lat[b]);
+  if (total == 0)
+    return 0;
+  for (unsigned b = 0; b < LAT_BUCKETS; b++) {
+    seen += c[b];
+    if ((double) seen >= p * (double) total)
+      return UINT64_C (1) << b;
+  }
+  return UINT64_C (1) << (LAT_BUCKETS - 1);
+}
 
 struct lg_fs {
   struct lg_fs_opts o;
@@ -284,11 +326,15 @@ stats_text (size_t *len)
     fprintf (f,
              "file=%s%s lun=%s size=%" PRIu64 " read_bytes=%" PRIuFAST64
              " read_ops=%" PRIuFAST64 " written_bytes=%" PRIuFAST64
-             " write_ops=%" PRIuFAST64 " errors=%" PRIuFAST64 "\n",
+             " write_ops=%" PRIuFAST64 " errors=%" PRIuFAST64
+             " auth_failures=%" PRIu64 " latency_p50_us=%" PRIu64
+             " latency_p99_us=%" PRIu64 " latency_p999_us=%" PRIu64 "\n",
              path, nd->name, nd->dev->name, nd->dev->size,
              atomic_load (&nd->rd_bytes), atomic_load (&nd->rd_ops),
              atomic_load (&nd->wr_bytes), atomic_load (&nd->wr_ops),
-             atomic_load (&nd->errors));
+             atomic_load (&nd->errors), lg_dev_auth_failures (nd->dev),
+             percentile (nd, 0.50), percentile (nd, 0.99),
+             percentile (nd, 0.999));
   }
   fclose (f);
   *len = sz;
@@ -349,7 +395,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
          struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  uint64_t end;
+  uint64_t end, start;
   char *buf;
 
   if (nd->dev == NULL) {
@@ -375,6 +421,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_err (req, ENOMEM);
     return;
   }
+  start = now_us ();
   if (lg_dev_pread (nd->dev, buf, size, (uint64_t) off) < 0) {
     int err = errno ? errno : EIO;
 
@@ -383,6 +430,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_err (req, err);
     return;
   }
+  record_latency (nd, start);
   atomic_fetch_add (&nd->rd_ops, 1);
   atomic_fetch_add (&nd->rd_bytes, size);
   fuse_reply_buf (req, buf, size);
@@ -394,6 +442,7 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
           off_t off, struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
+  uint64_t start;
 
   (void) fi;
   if (nd->dev == NULL) {
@@ -406,6 +455,7 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
   }
   if ((uint64_t) off + size > nd->dev->size)
     size = (size_t) (nd->dev->size - (uint64_t) off);
+  start = now_us ();
   if (lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0) < 0) {
     int err = errno ? errno : EIO;
 
@@ -413,6 +463,7 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     fuse_reply_err (req, err == EPERM ? EROFS : err);
     return;
   }
+  record_latency (nd, start);
   atomic_fetch_add (&nd->wr_ops, 1);
   atomic_fetch_add (&nd->wr_bytes, size);
   fuse_reply_write (req, size);
