@@ -249,7 +249,7 @@ lg_cmd_mount (int argc, char **argv)
   struct lg_login login;
   struct lg_cmd_keys keys = { 0 };
   struct lg_url u = { 0 };
-  struct lg_fs_opts fo = { false, 0600, getuid (), getgid () };
+  struct lg_fs_opts fo = { false, 0600, getuid (), getgid (), false };
   struct mount_plan *m = NULL;
   struct lg_fs *fs = NULL;
   char *fargv[8];
@@ -290,6 +290,8 @@ lg_cmd_mount (int argc, char **argv)
           allow_other = true;
         else if (strcmp (o, "default_permissions") == 0)
           default_perms = true;
+        else if (strcmp (o, "direct_io") == 0)
+          fo.direct_io = true;
         else {
           lg_error ("-o: unknown mount option '%s'", o);
           free (copy);

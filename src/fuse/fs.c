@@ -373,6 +373,8 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->fh = (uint64_t) (uintptr_t) s;
     fi->direct_io = 1;
   }
+  else if (the_fs->o.direct_io)
+    fi->direct_io = 1;
   fuse_reply_open (req, fi);
 }
 
@@ -604,7 +606,21 @@ fs_statfs (fuse_req_t req, fuse_ino_t ino)
   fuse_reply_statfs (req, &sv);
 }
 
+static void
+fs_init (void *userdata, struct fuse_conn_info *conn)
+{
+  (void) userdata;
+  /* Without the writeback cache the kernel sends one write per file at a
+   * time (it holds the inode lock), so writes run at queue depth 1.  With
+   * it, writes are gathered and sent in parallel; fsync still sends them
+   * all and then SYNCHRONIZE CACHE before it returns. */
+  if (!the_fs->o.direct_io && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  conn->max_write = 1 << 20;
+}
+
 static const struct fuse_lowlevel_ops ops = {
+  .init = fs_init,
   .lookup = fs_lookup,
   .getattr = fs_getattr,
   .setattr = fs_setattr,

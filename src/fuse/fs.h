@@ -16,6 +16,7 @@ struct lg_fs_opts {
   mode_t file_mode; /* default 0600 (0400 read-only) */
   uid_t uid;
   gid_t gid;
+  bool direct_io; /* bypass the page cache */
 };
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);
