@@ -44,6 +44,23 @@ assert d == 4 << 20, d
 assert h == 5 << 20, h
 PY
 
+# SIGTERM: flush, unmount, exit 0 (and no sanitizer report on stderr).
+"$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t2" "$TGT_DIR/m2" 2>"$TGT_DIR/m2.log" &
+mkdir -p "$TGT_DIR/m2"
+pid2=$!
+for _ in $(seq 100); do mountpoint -q "$TGT_DIR/m2" && break; sleep 0.1; done
+mountpoint -q "$TGT_DIR/m2" || { cat "$TGT_DIR/m2.log"; fail "mount -f"; }
+head -c 1M /dev/urandom >"$TGT_DIR/data"
+dd if="$TGT_DIR/data" of="$TGT_DIR/m2/lun1" bs=64k conv=notrunc status=none
+kill -TERM "$pid2"
+rc=0; wait "$pid2" || rc=$?
+[ "$rc" = 0 ] || { cat "$TGT_DIR/m2.log"; fail "SIGTERM: exit status $rc"; }
+if mountpoint -q "$TGT_DIR/m2"; then fail "still mounted after SIGTERM"; fi
+cmp -n 1048576 "$TGT_DIR/data" "$(tgt_lun_file 2 1)" || fail "data not on the LUN after SIGTERM"
+if grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$TGT_DIR/m2.log"; then
+  cat "$TGT_DIR/m2.log"; fail "sanitizer report from the mount daemon"
+fi
+
 # Kill the daemon: a reader gets ENOTCONN at once, no hang.
 kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
 timeout 10 python3 - "$mnt/$t1/lun2" <<'PY' || fail "reading after the daemon died"

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -667,7 +668,10 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   cfg = fuse_loop_cfg_create ();
   fuse_loop_cfg_set_max_threads (cfg, 64);
   fuse_loop_cfg_set_idle_threads (cfg, 16);
-  r = fuse_session_loop_mt (se, cfg) == 0 ? 0 : -1;
+  r = fuse_session_loop_mt (se, cfg);
+  /* libfuse reports the signal that ended the loop: that is a clean
+   * stop. */
+  r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
   fuse_loop_cfg_destroy (cfg);
   fuse_remove_signal_handlers (se);
 out_unmount:
