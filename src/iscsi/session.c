@@ -488,7 +488,9 @@ loop_turn (struct lg_session *s, int64_t *last)
   int64_t now;
 
   pthread_mutex_lock (&s->lock);
-  pfd[0].fd = iscsi_get_fd (s->ctx);
+  /* A dead connection's socket reports POLLHUP for ever, whatever the
+   * events asked for: leave it out, or this loop spins. */
+  pfd[0].fd = s->dead ? -1 : iscsi_get_fd (s->ctx);
   pfd[0].events = s->dead ? 0 : (short) iscsi_which_events (s->ctx);
   pthread_mutex_unlock (&s->lock);
   pfd[0].revents = 0;
