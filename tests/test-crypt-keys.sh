@@ -50,8 +50,10 @@ expect_fail_with "wrong passphrase" \
 # A key added while the volume is served survives the gateway's clean
 # stop (which rewrites the header to mark the volume clean).
 key2="$TGT_DIR/key2"; head -c 32 /dev/urandom >"$key2"
-nbd_run "url=$url/1" "key-file=$key" -- \
-  "$LUNGATE" key add --key-file "$key" --new-key-file "$key2" "$url/1" \
+# (nbdinfo first: the gateway has opened the volume once it answers.)
+nbd_run "url=$url/1" "key-file=$key" -- sh -c \
+  'nbdinfo "$1" >/dev/null && "$2" key add --key-file "$3" --new-key-file "$4" "$5"' \
+  sh '$uri' "$LUNGATE" "$key" "$key2" "$url/1" \
   || fail "key add while served"
 "$LUNGATE" key list "$url/1" | grep -q "^slot 2: key-file" \
   || fail "a key added while the volume was served was lost"
