@@ -27,6 +27,7 @@
 
 #include <sodium.h>
 
+#include "common/glue.h"
 #include "crypt/crypt.h"
 #include "crypt/header.h"
 #include "dev/dev.h"
@@ -158,18 +159,9 @@ static const struct lg_dev_ops next_ops = {
 /* ---- configuration ---- */
 
 static void
-log_sink (enum lg_log_level level, const char *msg)
-{
-  if (level <= LG_LOG_WARN)
-    nbdkit_error ("%s", msg);
-  else
-    nbdkit_debug ("%s", msg);
-}
-
-static void
 crypt_load (void)
 {
-  lg_log_set_sink (log_sink);
+  lg_log_set_sink (lg_nbdkit_log_sink);
   lg_log_set_level (LG_LOG_DEBUG);
   if (sodium_init () < 0)
     nbdkit_error ("cannot initialise libsodium");
@@ -194,17 +186,8 @@ crypt_config (nbdkit_next_config *next, nbdkit_backend *nxdata, const char *key,
     keyfile = lg_keyfile_read (value);
     return keyfile ? 0 : -1;
   }
-  if (strcmp (key, "passphrase") == 0) {
-    char *tmp = NULL;
-
-    if (nbdkit_read_password (value, &tmp) < 0)
-      return -1;
-    lg_secret_free (passphrase);
-    passphrase = lg_secret_dup (tmp);
-    sodium_memzero (tmp, strlen (tmp));
-    free (tmp);
-    return passphrase ? 0 : -1;
-  }
+  if (strcmp (key, "passphrase") == 0)
+    return lg_nbdkit_read_secret (key, value, &passphrase);
   return next (nxdata, key, value);
 }
 
@@ -365,14 +348,6 @@ crypt_can_cache (nbdkit_next *next, void *handle)
   return NBDKIT_CACHE_NONE;
 }
 
-static unsigned
-dev_flags (uint32_t flags)
-{
-  return ((flags & NBDKIT_FLAG_FUA) ? LG_FUA : 0)
-      | ((flags & NBDKIT_FLAG_MAY_TRIM) ? LG_MAY_TRIM : 0)
-      | ((flags & NBDKIT_FLAG_FAST_ZERO) ? LG_FAST_ZERO : 0);
-}
-
 #define RETURN_ERR(r)                                                          \
   do {                                                                         \
     if ((r) < 0) {                                                             \
@@ -398,7 +373,8 @@ crypt_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
 {
   (void) handle;
   tls_next = next;
-  RETURN_ERR (lg_dev_pwrite (cdev, buf, count, offset, dev_flags (flags)));
+  RETURN_ERR (
+      lg_dev_pwrite (cdev, buf, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static int
@@ -416,7 +392,7 @@ crypt_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
 {
   (void) handle;
   tls_next = next;
-  RETURN_ERR (lg_dev_trim (cdev, count, offset, dev_flags (flags)));
+  RETURN_ERR (lg_dev_trim (cdev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static int
@@ -425,7 +401,7 @@ crypt_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
 {
   (void) handle;
   tls_next = next;
-  RETURN_ERR (lg_dev_zero (cdev, count, offset, dev_flags (flags)));
+  RETURN_ERR (lg_dev_zero (cdev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static struct nbdkit_filter filter = {

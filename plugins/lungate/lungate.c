@@ -25,6 +25,7 @@
 
 #include <sodium.h>
 
+#include "common/glue.h"
 #include "dev/dev.h"
 #include "dev/iscsi.h"
 #include "dev/stack.h"
@@ -70,18 +71,9 @@ struct handle {
 };
 
 static void
-log_sink (enum lg_log_level level, const char *msg)
-{
-  if (level <= LG_LOG_WARN)
-    nbdkit_error ("%s", msg);
-  else
-    nbdkit_debug ("%s", msg);
-}
-
-static void
 lungate_load (void)
 {
-  lg_log_set_sink (log_sink);
+  lg_log_set_sink (lg_nbdkit_log_sink);
   lg_log_set_level (LG_LOG_DEBUG);
   if (sodium_init () < 0)
     nbdkit_error ("cannot initialise libsodium");
@@ -101,28 +93,6 @@ lungate_unload (void)
   lg_url_clear (&purl);
   lg_login_clear (&login);
   free (url);
-}
-
-/* nbdkit_read_password hands back ordinary malloc'd memory: move the
- * secret into sodium memory and wipe the original at once. */
-static int
-read_secret (const char *key, const char *value, char **slot)
-{
-  char *tmp = NULL;
-  char *s;
-
-  if (nbdkit_read_password (value, &tmp) < 0)
-    return -1;
-  s = lg_secret_dup (tmp);
-  sodium_memzero (tmp, strlen (tmp));
-  free (tmp);
-  if (s == NULL) {
-    nbdkit_error ("%s: cannot store the secret", key);
-    return -1;
-  }
-  lg_secret_free (*slot);
-  *slot = s;
-  return 0;
 }
 
 static int
@@ -164,11 +134,11 @@ lungate_config (const char *key, const char *value)
   if (strcmp (key, "user") == 0)
     return set_string (&login.user, value);
   if (strcmp (key, "password") == 0)
-    return read_secret (key, value, &login.secret);
+    return lg_nbdkit_read_secret (key, value, &login.secret);
   if (strcmp (key, "target-user") == 0)
     return set_string (&login.target_user, value);
   if (strcmp (key, "target-password") == 0)
-    return read_secret (key, value, &login.target_secret);
+    return lg_nbdkit_read_secret (key, value, &login.target_secret);
   if (strcmp (key, "initiator") == 0) {
     if (strncmp (value, "iqn.", 4) && strncmp (value, "eui.", 4)
         && strncmp (value, "naa.", 4)) {
@@ -204,7 +174,7 @@ lungate_config (const char *key, const char *value)
     return keyfile ? 0 : -1;
   }
   if (strcmp (key, "passphrase") == 0)
-    return read_secret (key, value, &passphrase);
+    return lg_nbdkit_read_secret (key, value, &passphrase);
   if (strcmp (key, "metadata-cache") == 0) {
     int64_t sz = nbdkit_parse_size (value);
 
@@ -629,21 +599,14 @@ lungate_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
   return lg_dev_pread (h->dev, buf, count, offset);
 }
 
-static unsigned
-dev_flags (uint32_t flags)
-{
-  return ((flags & NBDKIT_FLAG_FUA) ? LG_FUA : 0)
-      | ((flags & NBDKIT_FLAG_MAY_TRIM) ? LG_MAY_TRIM : 0)
-      | ((flags & NBDKIT_FLAG_FAST_ZERO) ? LG_FAST_ZERO : 0);
-}
-
 static int
 lungate_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
   struct handle *h = handle;
 
-  return lg_dev_pwrite (h->dev, buf, count, offset, dev_flags (flags));
+  return lg_dev_pwrite (h->dev, buf, count, offset,
+                        lg_nbdkit_dev_flags (flags));
 }
 
 static int
@@ -660,7 +623,7 @@ lungate_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
 
-  return lg_dev_trim (h->dev, count, offset, dev_flags (flags));
+  return lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags));
 }
 
 static int
@@ -668,7 +631,7 @@ lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
 
-  return lg_dev_zero (h->dev, count, offset, dev_flags (flags));
+  return lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags));
 }
 
 static int
