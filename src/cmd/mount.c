@@ -115,15 +115,22 @@ make_plan (struct mount_plan *m)
       return -1;
     }
     for (size_t i = 0; i < cmd.targets->n && m->ntargets < MAX_TARGETS; i++)
-      m->targets[m->ntargets++] = strdup (cmd.targets->t[i].name);
+      if ((m->targets[m->ntargets++] = strdup (cmd.targets->t[i].name))
+          == NULL) {
+        lg_target_list_free (cmd.targets);
+        lg_error ("out of memory");
+        return -1;
+      }
     lg_target_list_free (cmd.targets);
     if (m->ntargets == 0) {
       lg_error ("%s: no targets", m->u->portal);
       return -1;
     }
   }
-  else
-    m->targets[m->ntargets++] = strdup (m->u->target);
+  else if ((m->targets[m->ntargets++] = strdup (m->u->target)) == NULL) {
+    lg_error ("out of memory");
+    return -1;
+  }
 
   for (size_t t = 0; t < m->ntargets; t++) {
     struct lg_pool *p = lg_pool_open (m->login, m->u->portal, m->targets[t], 1,
@@ -137,6 +144,11 @@ make_plan (struct mount_plan *m)
     }
     if (m->u->kind == LG_URL_LUN) {
       luns = malloc (sizeof *luns);
+      if (luns == NULL) {
+        lg_error ("out of memory");
+        lg_pool_close (p);
+        return -1;
+      }
       luns[0] = m->u->lun;
       n = 1;
     }
@@ -254,7 +266,7 @@ lg_cmd_mount (int argc, char **argv)
   struct lg_fs *fs = NULL;
   char *fargv[8];
   int fargc = 0;
-  char *mount_opts = NULL;
+  char mount_opts[128];
   bool foreground = false, allow_other = false, default_perms = false;
   bool mode_set = false;
   unsigned connections = 2;
@@ -279,6 +291,9 @@ lg_cmd_mount (int argc, char **argv)
       break;
     case 'o': {
       char *copy = strdup (optarg), *save = NULL;
+
+      if (copy == NULL)
+        goto out;
 
       for (char *o = strtok_r (copy, ",", &save); o;
            o = strtok_r (NULL, ",", &save)) {
@@ -360,16 +375,13 @@ lg_cmd_mount (int argc, char **argv)
   fs = lg_fs_new (&fo);
   if (fs == NULL)
     goto out;
-  {
-    size_t len = 64;
-
-    mount_opts = malloc (len);
-    snprintf (mount_opts, len, "fsname=lungate,subtype=lungate%s%s%s",
-              fo.read_only ? ",ro" : "", allow_other ? ",allow_other" : "",
-              default_perms ? ",default_permissions" : "");
-    fargv[fargc++] = (char *) "-o";
-    fargv[fargc++] = mount_opts;
-  }
+  /* Sized for every option at once (64 bytes cut default_permissions). */
+  snprintf (mount_opts, sizeof mount_opts,
+            "fsname=lungate,subtype=lungate%s%s%s", fo.read_only ? ",ro" : "",
+            allow_other ? ",allow_other" : "",
+            default_perms ? ",default_permissions" : "");
+  fargv[fargc++] = (char *) "-o";
+  fargv[fargc++] = mount_opts;
   if (lg_fs_run (fs, argv[optind + 1], fargc, fargv, foreground, ready, m) == 0)
     status = LG_EXIT_OK;
 
@@ -382,7 +394,6 @@ out:
     }
     free (m);
   }
-  free (mount_opts);
   lg_cmd_keys_clear (&keys);
   lg_url_clear (&u);
   lg_login_clear (&login);
