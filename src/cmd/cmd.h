@@ -84,6 +84,11 @@ struct lg_cmd_keys {
 int lg_key_option (struct lg_cmd_keys *k, int c, const char *arg);
 void lg_cmd_keys_clear (struct lg_cmd_keys *k);
 
+/* A login option, or (keys not NULL) a key option: 1 handled, 0 not one
+ * of them, -1 bad value (reported). */
+int lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
+                   const char *arg);
+
 struct lg_dev;
 struct lg_pool;
 

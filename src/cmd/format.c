@@ -97,10 +97,8 @@ lg_cmd_format (int argc, char **argv)
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
   while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
-    int r = lg_login_option (&login, c, optarg);
+    int r = lg_cmd_option (&login, &keys, c, optarg);
 
-    if (r == 0)
-      r = lg_key_option (&keys, c, optarg);
     if (r < 0)
       goto out;
     if (r > 0)

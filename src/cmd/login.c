@@ -209,6 +209,17 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
   }
 }
 
+int
+lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
+               const char *arg)
+{
+  int r = lg_login_option (l, c, arg);
+
+  if (r == 0 && keys)
+    r = lg_key_option (keys, c, arg);
+  return r;
+}
+
 void
 lg_cmd_keys_clear (struct lg_cmd_keys *k)
 {

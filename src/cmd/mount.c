@@ -277,10 +277,8 @@ lg_cmd_mount (int argc, char **argv)
     return LG_EXIT_FAIL;
   fargv[fargc++] = (char *) "lungate";
   while ((c = getopt_long (argc, argv, "+fho:", opts, NULL)) != -1) {
-    int r = lg_login_option (&login, c, optarg);
+    int r = lg_cmd_option (&login, &keys, c, optarg);
 
-    if (r == 0)
-      r = lg_key_option (&keys, c, optarg);
     if (r < 0)
       goto out;
     if (r > 0)
