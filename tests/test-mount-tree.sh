@@ -83,6 +83,12 @@ fi
 umnt=$(mktemp -d /tmp/lungate-userns.XXXXXX)
 on_exit rm -rf "$umnt"
 chmod 777 "$umnt"
+# The build tree may sit under a directory only root can enter (a CI
+# clone in a mktemp -d): give the user a copy of the command.
+ubin=$(mktemp -d /tmp/lungate-bin.XXXXXX)
+on_exit rm -rf "$ubin"
+cp "$LUNGATE" "$ubin/lungate"
+chmod 755 "$ubin" "$ubin/lungate"
 timeout 60 setpriv --reuid=65534 --regid=65534 --clear-groups \
   unshare -Urm sh -c '
     set -e
@@ -91,6 +97,6 @@ timeout 60 setpriv --reuid=65534 --regid=65534 --clear-groups \
     dd if=/dev/zero of="$3/lun1" bs=4096 count=1 conv=notrunc status=none
     dd if="$3/lun1" of=/dev/null bs=1M status=none
     umount "$3"
-  ' sh "$LUNGATE" "iscsi://$TGT_PORTAL/$t2" "$umnt" \
+  ' sh "$ubin/lungate" "iscsi://$TGT_PORTAL/$t2" "$umnt" \
   || fail "mounting as an unprivileged user in unshare -Urm"
 echo "test-mount-tree: ok"
