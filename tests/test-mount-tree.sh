@@ -61,6 +61,37 @@ if grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$TGT_DIR/m2.log"; t
   cat "$TGT_DIR/m2.log"; fail "sanitizer report from the mount daemon"
 fi
 
+# The LUN removed on the target under the mount: aligned direct reads and
+# writes (answered from the session thread) and an unaligned one (on a
+# worker) fail with EIO, promptly; the other LUNs go on; .stats counts it.
+tgtadm_ --mode logicalunit --op delete --tid 1 --lun 2
+timeout 20 python3 - "$mnt/$t1/lun2" "$mnt/$t1/lun1" <<'PY' || fail "I/O on a removed LUN"
+import errno, mmap, os, sys
+buf = mmap.mmap(-1, 65536)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+for what, op in (("read", lambda: os.preadv(fd, [buf], 65536)),
+                 ("write", lambda: os.pwritev(fd, [buf], 131072))):
+    try:
+        op()
+        sys.exit(what + " on a removed LUN succeeded")
+    except OSError as e:
+        assert e.errno == errno.EIO, (what, e)
+os.close(fd)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    os.pread(fd, 100, 7)
+    sys.exit("unaligned read on a removed LUN succeeded")
+except OSError as e:
+    assert e.errno == errno.EIO, e
+os.close(fd)
+fd = os.open(sys.argv[2], os.O_RDONLY | os.O_DIRECT)
+assert os.preadv(fd, [buf], 4 << 20) == 65536
+os.close(fd)
+PY
+grep -q "lun2 .*errors=[1-9]" "$mnt/.stats" 2>/dev/null \
+  || grep -q "lun=$t1/2 .*errors=[1-9]" "$mnt/.stats" || { cat "$mnt/.stats" >&2; fail ".stats errors for the removed LUN"; }
+grep -q "LBA" "$TGT_DIR/mount.log" || { cat "$TGT_DIR/mount.log" >&2; fail "no log line naming the LBA"; }
+
 # Kill the daemon: a reader gets ENOTCONN at once, no hang.
 kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
 timeout 10 python3 - "$mnt/$t1/lun2" <<'PY' || fail "reading after the daemon died"

@@ -121,6 +121,21 @@ lg_dev_close (struct lg_dev *d)
     d->ops->close (d);
 }
 
+int
+lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
+                 uint64_t off, unsigned flags, lg_dev_done_fn *done,
+                 void *opaque)
+{
+  if ((write && check_writable (d, "write") < 0)
+      || check_range (d, write ? "write" : "read", count, off) < 0)
+    return -1;
+  if (d->ops->start_rw == NULL || count == 0) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  return d->ops->start_rw (d, write, buf, count, off, flags, done, opaque);
+}
+
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {

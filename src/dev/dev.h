@@ -22,6 +22,9 @@ struct lg_dev;
 typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
                           bool is_hole);
 
+/* Completion of a started request: err is 0 or an errno. */
+typedef void lg_dev_done_fn (void *opaque, int err);
+
 /* One range of a multi-range read. */
 struct lg_dev_seg {
   void *buf;
@@ -43,6 +46,14 @@ struct lg_dev_ops {
   int (*extents) (struct lg_dev *d, uint64_t count, uint64_t off,
                   lg_extent_fn *fn, void *opaque);
   void (*close) (struct lg_dev *d);
+  /* Optional: starts a read or a write of whole blocks and returns at
+   * once; done runs exactly once, later, on a thread of the device's (it
+   * must not call into the device or block).  Returns -1 with errno
+   * ENOTSUP when it cannot start this request that way (the caller uses
+   * pread or pwrite), and then done never runs. */
+  int (*start_rw) (struct lg_dev *d, bool write, void *buf, size_t count,
+                   uint64_t off, unsigned flags, lg_dev_done_fn *done,
+                   void *opaque);
   /* Optional: units that failed authentication (the crypt layer). */
   uint64_t (*auth_failures) (const struct lg_dev *d);
 };
@@ -78,6 +89,14 @@ int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,
 int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
                     lg_extent_fn *fn, void *opaque);
 void lg_dev_close (struct lg_dev *d);
+
+/* Starts a read or write without waiting (see start_rw above): 0 when
+ * started (done will run), or -1 with errno: ENOTSUP when the device or
+ * this request (unaligned, say) needs the synchronous call; EINVAL and
+ * EPERM as for pread and pwrite. */
+int lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
+                     uint64_t off, unsigned flags, lg_dev_done_fn *done,
+                     void *opaque);
 
 /* Units that failed authentication in this device or below; 0 where
  * nothing authenticates. */

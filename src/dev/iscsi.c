@@ -150,6 +150,97 @@ rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
   return r;
 }
 
+/* A started request: its commands and what to call when the last one
+ * completes. */
+struct abatch {
+  struct lg_waiter w;
+  struct idev *x;
+  lg_dev_done_fn *done;
+  void *opaque;
+  unsigned n;
+  struct pending p[];
+};
+
+/* The last completion, on a loop thread. */
+static void
+abatch_done (void *opaque)
+{
+  struct abatch *b = opaque;
+  int err = 0;
+
+  for (unsigned i = 0; i < b->n; i++) {
+    if (err == 0
+        && lg_scsi_errno (b->p[i].cmd.status, b->p[i].cmd.sense.key,
+                          b->p[i].cmd.sense.ascq)
+            != 0) {
+      cmd_failed (b->x, &b->p[i].cmd, b->p[i].lba, b->p[i].nblocks);
+      err = errno;
+    }
+    scsi_free_scsi_task (b->p[i].cmd.task);
+  }
+  b->done (b->opaque, err);
+  free (b);
+}
+
+static int
+idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
+               uint64_t off, unsigned flags, lg_dev_done_fn *done, void *opaque)
+{
+  struct idev *x = to_idev (d);
+  uint64_t lba = off / x->bs, nblocks = count / x->bs;
+  bool fua = (flags & LG_FUA) != 0;
+  struct abatch *b;
+  unsigned n;
+
+  /* Unaligned requests read-modify-write under locks, and FUA without
+   * DPOFUA needs a flush after: both go the synchronous way. */
+  if (off % x->bs != 0 || count % x->bs != 0 || (fua && !x->dpofua)) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  n = (unsigned) ((nblocks + x->max_blocks - 1) / x->max_blocks);
+  b = calloc (1, sizeof *b + n * sizeof b->p[0]);
+  if (b == NULL)
+    return -1;
+  b->x = x;
+  b->done = done;
+  b->opaque = opaque;
+  b->n = n;
+  for (unsigned i = 0; i < n; i++) {
+    struct pending *q = &b->p[i];
+    uint64_t first = (uint64_t) i * x->max_blocks;
+    uint64_t cnt = nblocks - first;
+    uint32_t bytes;
+
+    if (cnt > x->max_blocks)
+      cnt = x->max_blocks;
+    bytes = (uint32_t) (cnt * x->bs);
+    q->lba = lba + first;
+    q->nblocks = cnt;
+    q->cmd.kind = LG_CMD_SCSI;
+    q->cmd.lun = x->lun;
+    q->cmd.waiter = &b->w;
+    q->cmd.iov.iov_base = (uint8_t *) buf + first * x->bs;
+    q->cmd.iov.iov_len = bytes;
+    q->cmd.task = write
+        ? scsi_cdb_write16 (q->lba, bytes, (int) x->bs, 0, 0, fua, 0, 0)
+        : scsi_cdb_read16 (q->lba, bytes, (int) x->bs, 0, 0, 0, 0, 0);
+    if (q->cmd.task == NULL) {
+      for (unsigned j = 0; j < i; j++)
+        scsi_free_scsi_task (b->p[j].cmd.task);
+      free (b);
+      errno = ENOMEM;
+      return -1;
+    }
+  }
+  /* Every task exists before the first is submitted: from then on only
+   * the completions own b. */
+  lg_waiter_init_fn (&b->w, n, abatch_done, b);
+  for (unsigned i = 0; i < n; i++)
+    lg_pool_submit (x->pool, &b->p[i].cmd);
+  return 0;
+}
+
 static int
 rw_blocks (struct idev *x, bool write, uint8_t *buf, uint64_t lba,
            uint64_t nblocks, bool fua)
@@ -583,6 +674,7 @@ static const struct lg_dev_ops idev_ops = {
   .pread = idev_pread,
   .pread_multi = idev_pread_multi,
   .pwrite = idev_pwrite,
+  .start_rw = idev_start_rw,
   .flush = idev_flush,
   .trim = idev_trim,
   .zero = idev_zero,

@@ -4,11 +4,14 @@
  * worker threads (fuse_session_loop_mt), each calling the block-device
  * interface and replying when the iSCSI commands complete.
  *
+ * Reads and writes of whole blocks on a device that can start them
+ * (lg_dev_start_rw: the iSCSI device) do not hold a worker: the worker
+ * starts the commands and goes back for the next request, and the reply is
+ * sent from the session thread that completes the last command.  Other
+ * requests (unaligned, or through the crypt layer) run on the worker.
+ *
  * Threads: the tree is built before the session starts and is immutable
- * afterwards; per-file counters are atomics.  No lock is held across a
- * fuse_reply_* call.
- * XXX: a worker thread waits for its request's I/O; an asynchronous
- * interface to the block device would let one thread carry many.
+ * afterwards; per-file counters are atomics.
  */
 #include <config.h>
 
@@ -393,6 +396,88 @@ fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
   fuse_reply_err (req, 0);
 }
 
+/* The errno a file gives for a device error: the device speaks NBD's
+ * errnos (EPERM for read-only, ESHUTDOWN for a LUN or medium gone); the
+ * log already names the cause. */
+static int
+file_errno (int err)
+{
+  switch (err) {
+  case 0:
+  case ESHUTDOWN:
+    return EIO;
+  case EPERM:
+    return EROFS;
+  default:
+    return err;
+  }
+}
+
+/* A read or write started without waiting. */
+struct areq {
+  fuse_req_t req;
+  struct node *nd;
+  bool write;
+  size_t size;
+  uint64_t start;
+  char buf[]; /* the data, read or to write */
+};
+
+static void
+areq_done (void *opaque, int err)
+{
+  struct areq *a = opaque;
+  struct node *nd = a->nd;
+
+  if (err) {
+    atomic_fetch_add (&nd->errors, 1);
+    fuse_reply_err (a->req, file_errno (err));
+  }
+  else {
+    record_latency (nd, a->start);
+    if (a->write) {
+      atomic_fetch_add (&nd->wr_ops, 1);
+      atomic_fetch_add (&nd->wr_bytes, a->size);
+      fuse_reply_write (a->req, a->size);
+    }
+    else {
+      atomic_fetch_add (&nd->rd_ops, 1);
+      atomic_fetch_add (&nd->rd_bytes, a->size);
+      fuse_reply_buf (a->req, a->buf, a->size);
+    }
+  }
+  free (a);
+}
+
+/* Starts a whole-block read or write and returns true when it will be
+ * answered by areq_done; false when the caller must do it itself. */
+static bool
+start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
+             size_t size, uint64_t off)
+{
+  struct areq *a;
+
+  if (nd->dev->ops->start_rw == NULL || off % nd->dev->block_size != 0
+      || size % nd->dev->block_size != 0 || size == 0)
+    return false;
+  a = malloc (sizeof *a + size);
+  if (a == NULL)
+    return false;
+  a->req = req;
+  a->nd = nd;
+  a->write = write;
+  a->size = size;
+  if (write)
+    memcpy (a->buf, data, size);
+  a->start = now_us ();
+  if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, 0, areq_done, a)
+      < 0) {
+    free (a);
+    return false;
+  }
+  return true;
+}
+
 static void
 fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
          struct fuse_file_info *fi)
@@ -419,6 +504,8 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   end = (uint64_t) off + size;
   if (end > nd->dev->size)
     size = (size_t) (nd->dev->size - (uint64_t) off);
+  if (start_async (req, nd, false, NULL, size, (uint64_t) off))
+    return;
   buf = malloc (size ? size : 1);
   if (buf == NULL) {
     fuse_reply_err (req, ENOMEM);
@@ -430,7 +517,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
     atomic_fetch_add (&nd->errors, 1);
     free (buf);
-    fuse_reply_err (req, err);
+    fuse_reply_err (req, file_errno (err));
     return;
   }
   record_latency (nd, start);
@@ -458,12 +545,15 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
   }
   if ((uint64_t) off + size > nd->dev->size)
     size = (size_t) (nd->dev->size - (uint64_t) off);
+  if (!nd->dev->read_only
+      && start_async (req, nd, true, buf, size, (uint64_t) off))
+    return;
   start = now_us ();
   if (lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0) < 0) {
     int err = errno ? errno : EIO;
 
     atomic_fetch_add (&nd->errors, 1);
-    fuse_reply_err (req, err == EPERM ? EROFS : err);
+    fuse_reply_err (req, file_errno (err));
     return;
   }
   record_latency (nd, start);
@@ -482,7 +572,7 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
   (void) fi;
   if (nd->dev && lg_dev_flush (nd->dev) < 0) {
     atomic_fetch_add (&nd->errors, 1);
-    fuse_reply_err (req, errno ? errno : EIO);
+    fuse_reply_err (req, file_errno (errno));
     return;
   }
   fuse_reply_err (req, 0);
@@ -528,7 +618,7 @@ fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
   }
   if (r < 0) {
     atomic_fetch_add (&nd->errors, 1);
-    fuse_reply_err (req, errno == EPERM ? EROFS : errno ? errno : EIO);
+    fuse_reply_err (req, file_errno (errno));
     return;
   }
   fuse_reply_err (req, 0);
@@ -578,7 +668,7 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
                       seek_extent, &s)
           < 0
       && !s.done) {
-    fuse_reply_err (req, errno ? errno : EIO);
+    fuse_reply_err (req, file_errno (errno));
     return;
   }
   if (s.done)
@@ -618,6 +708,8 @@ fs_init (void *userdata, struct fuse_conn_info *conn)
   if (!the_fs->o.direct_io && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
     conn->want |= FUSE_CAP_WRITEBACK_CACHE;
   conn->max_write = 1 << 20;
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
 }
 
 static const struct fuse_lowlevel_ops ops = {
@@ -667,7 +759,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     goto out_unmount;
   cfg = fuse_loop_cfg_create ();
   fuse_loop_cfg_set_max_threads (cfg, 64);
-  fuse_loop_cfg_set_idle_threads (cfg, 16);
+  fuse_loop_cfg_set_idle_threads (cfg, 64);
   r = fuse_session_loop_mt (se, cfg);
   /* libfuse reports the signal that ended the loop: that is a clean
    * stop. */

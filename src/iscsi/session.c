@@ -77,12 +77,24 @@ lg_waiter_init (struct lg_waiter *w, unsigned n)
 {
   atomic_init (&w->pending, n);
   sem_init (&w->sem, 0, 0);
+  w->fn = NULL;
+  w->opaque = NULL;
+}
+
+void
+lg_waiter_init_fn (struct lg_waiter *w, unsigned n, void (*fn) (void *),
+                   void *opaque)
+{
+  atomic_init (&w->pending, n);
+  w->fn = fn;
+  w->opaque = opaque;
 }
 
 void
 lg_waiter_destroy (struct lg_waiter *w)
 {
-  sem_destroy (&w->sem);
+  if (w->fn == NULL)
+    sem_destroy (&w->sem);
 }
 
 void
@@ -97,8 +109,12 @@ lg_waiter_wait (struct lg_waiter *w)
 void
 lg_waiter_done (struct lg_waiter *w)
 {
-  if (atomic_fetch_sub (&w->pending, 1) == 1)
-    sem_post (&w->sem);
+  if (atomic_fetch_sub (&w->pending, 1) == 1) {
+    if (w->fn)
+      w->fn (w->opaque);
+    else
+      sem_post (&w->sem);
+  }
 }
 
 /* ---- login parameters ---- */

@@ -49,10 +49,17 @@ void lg_login_clear (struct lg_login *l);
 struct lg_waiter {
   atomic_uint pending;
   sem_t sem;
+  void (*fn) (void *opaque); /* instead of the semaphore, when set */
+  void *opaque;
 };
 
 /* Expect n completions. */
 void lg_waiter_init (struct lg_waiter *w, unsigned n);
+/* Expect n completions; the last one calls fn (opaque) on the thread that
+ * completes it (a session's loop thread, holding that session's lock: fn
+ * must not submit to the session or wait) and nobody waits. */
+void lg_waiter_init_fn (struct lg_waiter *w, unsigned n, void (*fn) (void *),
+                        void *opaque);
 void lg_waiter_destroy (struct lg_waiter *w);
 void lg_waiter_wait (struct lg_waiter *w);
 /* One completion (for a command that was never submitted, say). */
