@@ -41,7 +41,7 @@ static const char usage[]
       "                               default_permissions), "
       "default_permissions\n"
       "  --connections N              iSCSI connections per target (default "
-      "2)\n"
+      "4)\n"
       "  --mode MODE                  file mode, octal (default 0600)\n"
       "  --uid UID, --gid GID         owner of the files (default: yours)\n"
       "  -h, --help                   this help\n"
@@ -269,7 +269,7 @@ lg_cmd_mount (int argc, char **argv)
   char mount_opts[128];
   bool foreground = false, allow_other = false, default_perms = false;
   bool mode_set = false;
-  unsigned connections = 2;
+  unsigned connections = 4;
   long v;
   int c, status = LG_EXIT_FAIL;
 
