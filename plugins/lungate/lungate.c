@@ -46,6 +46,10 @@
 /* Configuration, from the command line. */
 static char *url;
 static struct lg_url purl;
+/* url= given again: more portals (paths) to the same target and LUN. */
+static char *more_urls[LG_MAX_PORTALS - 1];
+static unsigned n_more_urls;
+static char portals[LG_MAX_PORTALS * (LG_URL_HOST_MAX + 11)];
 static struct lg_login login;
 static unsigned connections = DEFAULT_CONNECTIONS;
 
@@ -93,6 +97,8 @@ lungate_unload (void)
   lg_url_clear (&purl);
   lg_login_clear (&login);
   free (url);
+  for (unsigned i = 0; i < n_more_urls; i++)
+    free (more_urls[i]);
 }
 
 static int
@@ -117,11 +123,14 @@ parse_seconds (const char *key, const char *value, int min, int *out)
 
   errno = 0;
   v = strtol (value, &end, 10);
-  if (errno || end == value || *end || v < min || v > 86400) {
+  if (errno || end == value || *end || (v < min && min >= 0) || v > 86400) {
     nbdkit_error ("%s: '%s' is not a number of seconds from %d to 86400", key,
-                  value, min);
+                  value, min < 0 ? 0 : min);
     return -1;
   }
+  /* min < 0: any negative number means for ever. */
+  if (v < 0)
+    v = -1;
   *out = (int) v;
   return 0;
 }
@@ -129,8 +138,15 @@ parse_seconds (const char *key, const char *value, int min, int *out)
 static int
 lungate_config (const char *key, const char *value)
 {
-  if (strcmp (key, "url") == 0)
-    return set_string (&url, value);
+  if (strcmp (key, "url") == 0) {
+    if (url == NULL)
+      return set_string (&url, value);
+    if (n_more_urls == LG_MAX_PORTALS - 1) {
+      nbdkit_error ("url: at most %d portals", LG_MAX_PORTALS);
+      return -1;
+    }
+    return set_string (&more_urls[n_more_urls++], value);
+  }
   if (strcmp (key, "user") == 0)
     return set_string (&login.user, value);
   if (strcmp (key, "password") == 0)
@@ -188,7 +204,7 @@ lungate_config (const char *key, const char *value)
     return 0;
   }
   if (strcmp (key, "timeout") == 0)
-    return parse_seconds (key, value, 0, &login.io_timeout);
+    return parse_seconds (key, value, -1, &login.io_timeout);
   if (strcmp (key, "connect-timeout") == 0)
     return parse_seconds (key, value, 1, &login.connect_timeout);
   nbdkit_error ("unknown parameter '%s'", key);
@@ -214,6 +230,28 @@ lungate_config_complete (void)
                   url);
     return -1;
   }
+  snprintf (portals, sizeof portals, "%s", purl.portal);
+  for (unsigned i = 0; i < n_more_urls; i++) {
+    struct lg_url u;
+
+    if (lg_url_parse (more_urls[i], &u, err, sizeof err) < 0) {
+      nbdkit_error ("invalid URL '%s': %s", more_urls[i], err);
+      return -1;
+    }
+    if (strcmp (u.target, purl.target) != 0 || u.lun != purl.lun) {
+      nbdkit_error ("url: '%s' is not another path to %s%s: every url= must "
+                    "name the same target and LUN",
+                    more_urls[i], purl.target,
+                    purl.lun >= 0 ? " and the same LUN" : "");
+      lg_url_clear (&u);
+      return -1;
+    }
+    if (strlen (portals) + strlen (u.portal) + 2 <= sizeof portals) {
+      strcat (portals, " ");
+      strcat (portals, u.portal);
+    }
+    lg_url_clear (&u);
+  }
   if (purl.user && login.user == NULL
       && set_string (&login.user, purl.user) < 0)
     return -1;
@@ -236,7 +274,8 @@ lungate_config_complete (void)
 
 #define lungate_config_help                                                    \
   "url=iscsi://HOST[:PORT]/TARGET-IQN[/LUN] (required)\n"                      \
-  "                     A LUN, or a target: one export per LUN.\n"             \
+  "                     A LUN, or a target: one export per LUN.  Again:\n"     \
+  "                     another portal (path) to the same target.\n"           \
   "user=USER            CHAP user name.\n"                                     \
   "password=SECRET      CHAP secret (-: prompt, +FILE, -FD).\n"                \
   "target-user=USER     Mutual CHAP: the target's user name.\n"                \
@@ -245,7 +284,9 @@ lungate_config_complete (void)
   "                     iqn.2026-11.org.lungate:HOSTNAME).\n"                  \
   "connections=N        iSCSI connections in the pool (default 4).\n"          \
   "header-digest=none|crc32c  Header digest (default none).\n"                 \
-  "timeout=SECONDS      Per-command timeout, 0 for none (default 60).\n"       \
+  "timeout=SECONDS      Outage budget: fail requests with EIO after the\n"     \
+  "                     target is unreachable this long (default 60;\n"        \
+  "                     0: at once; -1: wait for ever).\n"                     \
   "connect-timeout=SECONDS  Login timeout (default 10).\n"                     \
   "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
@@ -274,7 +315,7 @@ lungate_get_ready (void)
   char err[512];
   int r = 0;
 
-  p = lg_pool_open (&login, purl.portal, purl.target, 1, err, sizeof err);
+  p = lg_pool_open (&login, portals, purl.target, 1, err, sizeof err);
   if (p == NULL) {
     nbdkit_error ("%s", err);
     return -1;
@@ -331,7 +372,7 @@ lungate_after_fork (void)
   int *luns = NULL;
   size_t n = 0;
 
-  pool = lg_pool_open (&login, purl.portal, purl.target, connections, err,
+  pool = lg_pool_open (&login, portals, purl.target, connections, err,
                        sizeof err);
   if (pool == NULL) {
     nbdkit_error ("%s", err);

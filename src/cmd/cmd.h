@@ -39,6 +39,7 @@ enum {
   OPT_INITIATOR_NAME,
   OPT_HEADER_DIGEST,
   OPT_CONNECT_TIMEOUT,
+  OPT_IO_TIMEOUT,
   OPT_JSON,
   OPT_KEY_FILE,
   OPT_PASSPHRASE_FILE,
@@ -60,8 +61,9 @@ enum {
         OPT_TARGET_PASSWORD_PROMPT },                                          \
       { "initiator-name", required_argument, NULL, OPT_INITIATOR_NAME },       \
       { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST },         \
+      { "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },     \
   {                                                                            \
-    "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT            \
+    "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT                      \
   }
 
 #define LG_KEY_OPTIONS                                                         \

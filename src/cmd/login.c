@@ -33,7 +33,11 @@ const char lg_login_help[]
       "                               iqn.2026-11.org.lungate:HOSTNAME)\n"
       "  --header-digest none|crc32c  header digest (default none)\n"
       "  --connect-timeout SECONDS    give up connecting and logging in after\n"
-      "                               SECONDS (default 10)\n";
+      "                               SECONDS (default 10)\n"
+      "  --io-timeout SECONDS         outage budget: after a lost connection,\n"
+      "                               requests wait this long for the target\n"
+      "                               to come back, then fail with EIO\n"
+      "                               (default 60; 0: at once; -1: for ever)\n";
 
 int
 lg_usage_error (const char *cmd, const char *fmt, ...)
@@ -134,6 +138,11 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
     if (parse_int ("--connect-timeout", arg, 1, 3600, &v) < 0)
       return -1;
     l->connect_timeout = (int) v;
+    return 1;
+  case OPT_IO_TIMEOUT:
+    if (parse_int ("--io-timeout", arg, -1, 86400, &v) < 0)
+      return -1;
+    l->io_timeout = (int) v;
     return 1;
   default:
     return 0;

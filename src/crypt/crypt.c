@@ -1010,6 +1010,12 @@ cdev_auth_failures (const struct lg_dev *d)
   return atomic_load (&((const struct cdev *) d)->auth_failures);
 }
 
+static void
+cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+{
+  lg_dev_transport (((const struct cdev *) d)->lower, t);
+}
+
 static const struct lg_dev_ops cdev_ops = {
   .name = "crypt",
   .pread = cdev_pread,
@@ -1020,6 +1026,7 @@ static const struct lg_dev_ops cdev_ops = {
   .extents = NULL,
   .close = cdev_close,
   .auth_failures = cdev_auth_failures,
+  .transport = cdev_transport,
 };
 
 struct lg_dev *

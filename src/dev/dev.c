@@ -136,6 +136,14 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   return d->ops->start_rw (d, write, buf, count, off, flags, done, opaque);
 }
 
+void
+lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+{
+  t->reconnects = t->retries = 0;
+  if (d->ops->transport)
+    d->ops->transport (d, t);
+}
+
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {

@@ -17,6 +17,12 @@
 
 struct lg_dev;
 
+/* What the transport under a device went through. */
+struct lg_dev_transport {
+  uint64_t reconnects; /* logins after a lost connection */
+  uint64_t retries;    /* commands retried after BUSY / TASK SET FULL */
+};
+
 /* An extent callback: [offset, offset+length) is a hole (is_hole) or
  * data.  Return -1 to stop. */
 typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
@@ -56,6 +62,8 @@ struct lg_dev_ops {
                    void *opaque);
   /* Optional: units that failed authentication (the crypt layer). */
   uint64_t (*auth_failures) (const struct lg_dev *d);
+  /* Optional: the transport's counters (a stack passes them up). */
+  void (*transport) (const struct lg_dev *d, struct lg_dev_transport *t);
 };
 
 struct lg_dev {
@@ -101,5 +109,8 @@ int lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
 /* Units that failed authentication in this device or below; 0 where
  * nothing authenticates. */
 uint64_t lg_dev_auth_failures (const struct lg_dev *d);
+
+/* The transport's counters (zero where there is none). */
+void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
 
 #endif

@@ -669,12 +669,22 @@ idev_close (struct lg_dev *d)
   free (x);
 }
 
+static void
+idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+{
+  const struct idev *x = (const struct idev *) d;
+
+  t->reconnects = lg_pool_reconnects (x->pool);
+  t->retries = lg_pool_retries (x->pool);
+}
+
 static const struct lg_dev_ops idev_ops = {
   .name = "iscsi",
   .pread = idev_pread,
   .pread_multi = idev_pread_multi,
   .pwrite = idev_pwrite,
   .start_rw = idev_start_rw,
+  .transport = idev_transport,
   .flush = idev_flush,
   .trim = idev_trim,
   .zero = idev_zero,

@@ -321,24 +321,27 @@ stats_text (size_t *len)
   fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
   for (int i = 0; i < the_fs->n; i++) {
     struct node *nd = &the_fs->nodes[i];
+    struct lg_dev_transport tr;
     char path[600] = "";
 
     if (nd->dev == NULL)
       continue;
+    lg_dev_transport (nd->dev, &tr);
     if (nd->parent > 0)
       snprintf (path, sizeof path, "%s/", the_fs->nodes[nd->parent].name);
     fprintf (f,
              "file=%s%s lun=%s size=%" PRIu64 " read_bytes=%" PRIuFAST64
              " read_ops=%" PRIuFAST64 " written_bytes=%" PRIuFAST64
              " write_ops=%" PRIuFAST64 " errors=%" PRIuFAST64
+             " reconnects=%" PRIu64 " retries=%" PRIu64
              " auth_failures=%" PRIu64 " latency_p50_us=%" PRIu64
              " latency_p99_us=%" PRIu64 " latency_p999_us=%" PRIu64 "\n",
              path, nd->name, nd->dev->name, nd->dev->size,
              atomic_load (&nd->rd_bytes), atomic_load (&nd->rd_ops),
              atomic_load (&nd->wr_bytes), atomic_load (&nd->wr_ops),
-             atomic_load (&nd->errors), lg_dev_auth_failures (nd->dev),
-             percentile (nd, 0.50), percentile (nd, 0.99),
-             percentile (nd, 0.999));
+             atomic_load (&nd->errors), tr.reconnects, tr.retries,
+             lg_dev_auth_failures (nd->dev), percentile (nd, 0.50),
+             percentile (nd, 0.99), percentile (nd, 0.999));
   }
   fclose (f);
   *len = sz;

@@ -78,6 +78,36 @@ lg_pool_portal (const struct lg_pool *p)
   return p->portal;
 }
 
+unsigned
+lg_pool_reconnects (const struct lg_pool *p)
+{
+  unsigned n = 0;
+
+  for (unsigned i = 0; i < p->n; i++)
+    n += lg_session_reconnects (p->s[i]);
+  return n;
+}
+
+unsigned
+lg_pool_retries (const struct lg_pool *p)
+{
+  unsigned n = 0;
+
+  for (unsigned i = 0; i < p->n; i++)
+    n += lg_session_retries (p->s[i]);
+  return n;
+}
+
+unsigned
+lg_pool_capacity_changes (const struct lg_pool *p)
+{
+  unsigned n = 0;
+
+  for (unsigned i = 0; i < p->n; i++)
+    n += lg_session_capacity_changes (p->s[i]);
+  return n;
+}
+
 void
 lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd)
 {

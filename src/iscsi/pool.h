@@ -24,6 +24,11 @@ unsigned lg_pool_size (const struct lg_pool *p);
 const char *lg_pool_target (const struct lg_pool *p);
 const char *lg_pool_portal (const struct lg_pool *p);
 
+/* Sums of the sessions' counters (session.h). */
+unsigned lg_pool_reconnects (const struct lg_pool *p);
+unsigned lg_pool_retries (const struct lg_pool *p);
+unsigned lg_pool_capacity_changes (const struct lg_pool *p);
+
 /* Submits to the least loaded session; completes through cmd->waiter. */
 void lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd);
 

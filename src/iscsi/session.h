@@ -32,7 +32,11 @@ struct lg_login {
   char *target_secret;
   bool header_digest;  /* CRC32C header digest */
   int connect_timeout; /* seconds for connect + login */
-  int io_timeout;      /* seconds per command; 0 = none */
+  /* The outage budget, seconds: how long commands wait for a lost
+   * connection to come back before they fail with EIO; 0 fails them at
+   * once, < 0 waits for ever.  Either way the session keeps trying to log
+   * in again and serves again when it can. */
+  int io_timeout;
 };
 
 #define LG_DEFAULT_CONNECT_TIMEOUT 10
@@ -90,12 +94,20 @@ struct lg_cmd {
   struct lg_cmd *next;
   struct lg_session *session;
   unsigned retries;
+  int64_t first_ms, due_ms;
 };
 
 struct lg_session;
 
+#define LG_MAX_PORTALS 8
+
 /* Connects and logs in to target (NULL: a discovery session) at portal
- * ("host:port"), within login->connect_timeout.  On failure returns NULL
+ * ("host:port", or several separated by spaces: paths to the same target,
+ * tried in turn), within login->connect_timeout.  login must outlive the
+ * session (it logs in again with it after a connection is lost: same
+ * initiator name and ISID, so the target reinstates the session and
+ * aborts the dead connection's tasks; then the commands that were in
+ * flight are issued again, in order, with their buffers untouched).  On failure returns NULL
  * with errno set (ECONNREFUSED, ETIMEDOUT, EACCES for a failed
  * authentication, EPERM when not authorized, ENOENT when the target does
  * not exist, EIO otherwise) and a sentence in err. */
@@ -115,6 +127,12 @@ void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
 
 /* Commands in flight or queued on this session (for load balancing). */
 unsigned lg_session_load (const struct lg_session *s);
+
+/* Counters: logins after a lost connection; commands retried after BUSY
+ * or TASK SET FULL; CAPACITY DATA HAS CHANGED unit attentions seen. */
+unsigned lg_session_reconnects (const struct lg_session *s);
+unsigned lg_session_retries (const struct lg_session *s);
+unsigned lg_session_capacity_changes (const struct lg_session *s);
 
 /* Targets found by SendTargets. */
 struct lg_target {
