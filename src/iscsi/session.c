@@ -45,6 +45,12 @@
 #define KEEPALIVE_MS 2000
 #define KEEPALIVE_MISSES 3
 
+/* A command without an answer for this long means a connection that is
+ * alive but stuck: log in again (which aborts it on the target) and issue
+ * it again, at most CMD_TIMEOUT_TRIES times before failing it. */
+#define CMD_TIMEOUT_S 30
+#define CMD_TIMEOUT_TRIES 3
+
 /* Between two reconnection attempts (jittered, doubling). */
 #define MIN_BACKOFF_MS 100
 #define MAX_BACKOFF_MS 5000
@@ -383,6 +389,12 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
    * every task, and so does libiscsi itself when the socket fails (then
    * iscsi_service returns and connection_lost follows; s->broken makes
    * sure of it).  Keep the command for the next connection. */
+  if (status == SCSI_STATUS_TIMEOUT && !s->discovery
+      && ++cmd->timeouts < CMD_TIMEOUT_TRIES) {
+    lg_warn ("%s: LUN %d: no answer to a command for %d s", s->target, cmd->lun,
+             CMD_TIMEOUT_S);
+    status = SCSI_STATUS_CANCELLED;
+  }
   if (!s->discovery
       && (status == SCSI_STATUS_CANCELLED
           || (!s->up && status != SCSI_STATUS_GOOD
@@ -667,6 +679,7 @@ make_context (struct lg_session *s, char *err, size_t errlen)
   /* Reconnection is ours to do (and to bound); libiscsi's would re-send
    * queued commands behind our back. */
   iscsi_set_noautoreconnect (ctx, 1);
+  iscsi_set_timeout (ctx, CMD_TIMEOUT_S);
   /* Reuse libiscsi's small allocations (PDUs, tasks' buffers) instead of
    * a malloc and free per command. */
   iscsi_set_cache_allocations (ctx, 1);
@@ -1139,6 +1152,7 @@ lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
   cmd->session = s;
   cmd->next = NULL;
   cmd->retries = 0;
+  cmd->timeouts = 0;
   cmd->first_ms = now_ms ();
   cmd->status = SCSI_STATUS_GOOD;
   cmd->msg[0] = '\0';

@@ -93,7 +93,7 @@ struct lg_cmd {
   /* Private to the session. */
   struct lg_cmd *next;
   struct lg_session *session;
-  unsigned retries;
+  unsigned retries, timeouts;
   int64_t first_ms, due_ms;
 };
 
