@@ -87,6 +87,10 @@ open_lun (struct mount_plan *m, struct lg_pool *p, int lun, bool read_only,
     if (d)
       d = lg_stack_wrap (d, NULL, 0, err, errlen);
   }
+  /* A plain LUN's file follows a resize of the LUN; an encrypted one's
+   * size is in its header. */
+  if (d && strcmp (d->ops->name, "iscsi") == 0)
+    d->follow_resize = true;
   return d;
 }
 

@@ -1010,6 +1010,12 @@ cdev_auth_failures (const struct lg_dev *d)
   return atomic_load (&((const struct cdev *) d)->auth_failures);
 }
 
+static int
+cdev_revalidate (struct lg_dev *d)
+{
+  return lg_dev_revalidate (to_cdev (d)->lower);
+}
+
 static void
 cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
@@ -1027,6 +1033,7 @@ static const struct lg_dev_ops cdev_ops = {
   .close = cdev_close,
   .auth_failures = cdev_auth_failures,
   .transport = cdev_transport,
+  .revalidate = cdev_revalidate,
 };
 
 struct lg_dev *

@@ -136,6 +136,12 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   return d->ops->start_rw (d, write, buf, count, off, flags, done, opaque);
 }
 
+int
+lg_dev_revalidate (struct lg_dev *d)
+{
+  return d->ops->revalidate ? d->ops->revalidate (d) : 0;
+}
+
 void
 lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {

@@ -62,6 +62,9 @@ struct lg_dev_ops {
                    void *opaque);
   /* Optional: units that failed authentication (the crypt layer). */
   uint64_t (*auth_failures) (const struct lg_dev *d);
+  /* Optional: checks that the device is still what was opened, and takes
+   * a new size where follow_resize allows (dev/iscsi.c). */
+  int (*revalidate) (struct lg_dev *d);
   /* Optional: the transport's counters (a stack passes them up). */
   void (*transport) (const struct lg_dev *d, struct lg_dev_transport *t);
 };
@@ -78,6 +81,10 @@ struct lg_dev {
   bool can_zero; /* a native zeroing command exists */
   bool can_extents;
   bool can_fua;
+  /* Set by the front end: take a new capacity the LUN reports (the FUSE
+   * file shows it); else the device keeps its size (NBD clients cache
+   * it). */
+  bool follow_resize;
 };
 
 /* The checked entry points.  Each returns 0, or -1 with errno set (one of
@@ -109,6 +116,12 @@ int lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
 /* Units that failed authentication in this device or below; 0 where
  * nothing authenticates. */
 uint64_t lg_dev_auth_failures (const struct lg_dev *d);
+
+/* Checks the device again if its transport saw a sign that it changed,
+ * or if it was last checked seconds ago (cheap otherwise): 0, or -1 with errno ESHUTDOWN when it is no longer
+ * the device that was opened.  Front ends call it before they report the
+ * size. */
+int lg_dev_revalidate (struct lg_dev *d);
 
 /* The transport's counters (zero where there is none). */
 void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);

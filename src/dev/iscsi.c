@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dev/iscsi.h"
 #include "iscsi/sense.h"
@@ -29,6 +30,9 @@
 /* When the LUN reports no limit, the size of one command. */
 #define DEFAULT_MAX_XFER (4u << 20)
 #define DEFAULT_MAX_WS_BLOCKS 32768u
+/* lg_dev_revalidate (a FUSE stat) probes the LUN at most this often even
+ * when nothing said it changed: not every target reports a resize. */
+#define POLL_MS 3000
 /* Commands per batch on the stack; larger batches are allocated. */
 #define STACK_CMDS 16
 
@@ -44,6 +48,14 @@ struct idev {
   bool dpofua;
   atomic_bool no_write_same; /* learned: the LUN rejects WRITE SAME */
   atomic_bool no_lba_status; /* learned: the LUN rejects GET LBA STATUS */
+  /* Revalidation: after a reconnection or a unit attention that says the
+   * LUN may have changed, it is probed again before the next request. */
+  pthread_mutex_t reval;
+  atomic_uint epoch;              /* the pool's epoch when last validated */
+  atomic_bool gone;               /* no longer the LUN that was opened */
+  char gone_msg[256];             /* set once, before gone */
+  uint64_t seen_size;             /* the last capacity reported (under reval) */
+  atomic_int_fast64_t checked_ms; /* when last probed */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
 
@@ -66,6 +78,94 @@ cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
             msg);
   errno = err ? err : EIO;
   return -1;
+}
+
+/* Changes whenever the LUN may have changed under us. */
+static unsigned
+pool_epoch (struct idev *x)
+{
+  return lg_pool_lun_events (x->pool) + lg_pool_reconnects (x->pool);
+}
+
+/* Before each request: is the LUN still the one that was opened?  After
+ * a new login or a unit attention (reset, capacity or LUN inventory
+ * changed) the LUN is probed again: another kind of device, another block
+ * size, another vendor or product, or no medium, and every request fails
+ * from then on (ESHUTDOWN) rather than serve another disk's data.  A new
+ * capacity is logged; the device takes it when follow_resize is set (the
+ * FUSE file), else it keeps serving the old size. */
+static int64_t
+mono_ms (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int
+revalidate (struct idev *x, bool poll)
+{
+  unsigned e = pool_epoch (x);
+  bool stale = poll && mono_ms () - atomic_load (&x->checked_ms) >= POLL_MS;
+
+  if (!atomic_load (&x->gone) && e == atomic_load (&x->epoch) && !stale)
+    return 0;
+  pthread_mutex_lock (&x->reval);
+  e = pool_epoch (x);
+  stale = poll && mono_ms () - atomic_load (&x->checked_ms) >= POLL_MS;
+  if (!atomic_load (&x->gone) && (e != atomic_load (&x->epoch) || stale)) {
+    struct lg_lun_info li;
+    char err[256];
+
+    lg_debug ("%s: checking the LUN again (it may have changed)", x->dev.name);
+    if (lg_lun_probe (x->pool, x->lun, &li, err, sizeof err) < 0) {
+      int saved = errno;
+
+      pthread_mutex_unlock (&x->reval);
+      lg_error ("%s: checking the LUN again: %s", x->dev.name, err);
+      errno = saved ? saved : EIO;
+      return -1;
+    }
+    if (!li.is_disk || li.no_medium || li.block_size != x->bs
+        || strcmp (li.vendor, x->info.vendor) != 0
+        || strcmp (li.product, x->info.product) != 0) {
+      snprintf (x->gone_msg, sizeof x->gone_msg,
+                "%s: the LUN changed under the gateway (%s): refusing to "
+                "serve it",
+                x->dev.name,
+                !li.is_disk                  ? "no longer a disk"
+                    : li.no_medium           ? "no medium"
+                    : li.block_size != x->bs ? "another block size"
+                                             : "another vendor or product");
+      lg_error ("%s", x->gone_msg);
+      atomic_store (&x->gone, true);
+    }
+    else if (li.size != x->seen_size) {
+      if (x->dev.follow_resize) {
+        lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
+                 " bytes",
+                 x->dev.name, x->seen_size, li.size);
+        __atomic_store_n (&x->dev.size, li.size, __ATOMIC_RELAXED);
+      }
+      else
+        lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
+                 " bytes; still serving %" PRIu64 " bytes until restarted%s",
+                 x->dev.name, x->seen_size, li.size, x->dev.size,
+                 li.size < x->dev.size ? " (requests past the new end fail)"
+                                       : "");
+      x->seen_size = li.size;
+    }
+    atomic_store (&x->epoch, e);
+    atomic_store (&x->checked_ms, mono_ms ());
+  }
+  pthread_mutex_unlock (&x->reval);
+  if (atomic_load (&x->gone)) {
+    lg_error ("%s", x->gone_msg);
+    errno = ESHUTDOWN;
+    return -1;
+  }
+  return 0;
 }
 
 /* Ranges of whole blocks, for one batch of commands. */
@@ -192,6 +292,9 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   struct abatch *b;
   unsigned n;
 
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
+
   /* Unaligned requests read-modify-write under locks, and FUA without
    * DPOFUA needs a flush after: both go the synchronous way. */
   if (off % x->bs != 0 || count % x->bs != 0 || (fua && !x->dpofua)) {
@@ -261,6 +364,9 @@ idev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
   struct blkseg bs[8];
   bool aligned = n <= 8;
 
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
+
   for (unsigned i = 0; i < n && aligned; i++) {
     aligned = segs[i].off % x->bs == 0 && segs[i].count % x->bs == 0;
     bs[i].buf = segs[i].buf;
@@ -283,6 +389,9 @@ idev_flush (struct lg_dev *d)
   struct lg_cmd cmd;
   int r = 0;
 
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
+
   memset (&cmd, 0, sizeof cmd);
   cmd.kind = LG_CMD_SCSI;
   cmd.lun = x->lun;
@@ -304,6 +413,9 @@ idev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   uint64_t bs = x->bs;
   uint8_t *bounce = NULL;
   int r = 0;
+
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
 
   /* Head: a partial first block. */
   if (off % bs != 0 || count < bs) {
@@ -379,6 +491,9 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   const uint8_t *p = buf;
   uint64_t bs = x->bs;
   bool fua = (flags & LG_FUA) && x->dpofua;
+
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
 
   if (off % bs != 0 || count < bs) {
     uint64_t skip = off % bs;
@@ -468,6 +583,9 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   struct idev *x = to_idev (d);
   uint64_t first = (off + x->bs - 1) / x->bs;
   uint64_t end = (off + count) / x->bs;
+
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
 
   /* Trim is a hint: only the whole blocks inside the range go. */
   if (end > first && unmap_blocks (x, first, end - first) < 0)
@@ -567,6 +685,9 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
    * zeroes (LBPRZ). */
   bool unmap = (flags & LG_MAY_TRIM) && x->info.lbpws && x->info.lbprz;
   bool native = x->dev.can_zero && !atomic_load (&x->no_write_same);
+
+  if (revalidate (to_idev (d), false) < 0)
+    return -1;
 
   if (flags & LG_FAST_ZERO) {
     if (!native || !unmap) {
@@ -669,6 +790,12 @@ idev_close (struct lg_dev *d)
   free (x);
 }
 
+static int
+idev_revalidate (struct lg_dev *d)
+{
+  return revalidate (to_idev (d), true);
+}
+
 static void
 idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
@@ -685,6 +812,7 @@ static const struct lg_dev_ops idev_ops = {
   .pwrite = idev_pwrite,
   .start_rw = idev_start_rw,
   .transport = idev_transport,
+  .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim,
   .zero = idev_zero,
@@ -737,6 +865,11 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   x->dpofua = false;
   for (int i = 0; i < RMW_STRIPES; i++)
     pthread_mutex_init (&x->rmw[i], NULL);
+  pthread_mutex_init (&x->reval, NULL);
+  atomic_init (&x->epoch, pool_epoch (x));
+  atomic_init (&x->gone, false);
+  atomic_init (&x->checked_ms, mono_ms ());
+  x->seen_size = li->size;
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
   x->dev.ops = &idev_ops;

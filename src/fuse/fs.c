@@ -194,7 +194,11 @@ fill_stat (fuse_ino_t ino, struct stat *st)
     if (the_fs->o.read_only || nd->dev->read_only)
       st->st_mode &= ~(mode_t) 0222;
     st->st_nlink = 1;
-    st->st_size = (off_t) nd->dev->size;
+    /* A LUN that reported a change is checked first: a resized plain LUN
+     * shows its new size (a LUN that is no longer the one opened keeps
+     * its size and fails every request). */
+    lg_dev_revalidate (nd->dev);
+    st->st_size = (off_t) __atomic_load_n (&nd->dev->size, __ATOMIC_RELAXED);
     st->st_blksize
         = (blksize_t) (nd->dev->pref_block_size ? nd->dev->pref_block_size
                                                 : 4096);

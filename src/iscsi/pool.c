@@ -99,12 +99,12 @@ lg_pool_retries (const struct lg_pool *p)
 }
 
 unsigned
-lg_pool_capacity_changes (const struct lg_pool *p)
+lg_pool_lun_events (const struct lg_pool *p)
 {
   unsigned n = 0;
 
   for (unsigned i = 0; i < p->n; i++)
-    n += lg_session_capacity_changes (p->s[i]);
+    n += lg_session_lun_events (p->s[i]);
   return n;
 }
 

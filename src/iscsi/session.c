@@ -104,7 +104,7 @@ struct lg_session {
   int64_t last_err_log;
 
   atomic_uint load; /* submitted and not completed */
-  atomic_uint reconnects, retries, capacity_changes;
+  atomic_uint reconnects, retries, lun_events;
 };
 
 static void connection_lost (struct lg_session *s, const char *why);
@@ -419,8 +419,12 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
      * client had, so that fails. */
     if (cmd->sense.key == SCSI_SENSE_UNIT_ATTENTION
         && (cmd->sense.ascq >> 8) != 0x28 && cmd->retries++ < UA_RETRIES) {
-      if (cmd->sense.ascq == SCSI_SENSE_ASCQ_CAPACITY_DATA_HAS_CHANGED)
-        atomic_fetch_add (&s->capacity_changes, 1);
+      /* Reset, capacity changed, LUN inventory changed: the LUN may not
+       * be what it was (dev/iscsi.c checks it again). */
+      if ((cmd->sense.ascq >> 8) == 0x29
+          || cmd->sense.ascq == SCSI_SENSE_ASCQ_CAPACITY_DATA_HAS_CHANGED
+          || cmd->sense.ascq == 0x3f0e)
+        atomic_fetch_add (&s->lun_events, 1);
       lg_debug ("%s: LUN %d: unit attention (%s), reissuing", s->target,
                 cmd->lun, scsi_sense_ascq_str (cmd->sense.ascq));
       reset_task (cmd);
@@ -1199,9 +1203,9 @@ lg_session_retries (const struct lg_session *s)
 }
 
 unsigned
-lg_session_capacity_changes (const struct lg_session *s)
+lg_session_lun_events (const struct lg_session *s)
 {
-  return atomic_load (&s->capacity_changes);
+  return atomic_load (&s->lun_events);
 }
 
 void

@@ -129,10 +129,11 @@ void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
 unsigned lg_session_load (const struct lg_session *s);
 
 /* Counters: logins after a lost connection; commands retried after BUSY
- * or TASK SET FULL; CAPACITY DATA HAS CHANGED unit attentions seen. */
+ * or TASK SET FULL; unit attentions that say the LUN may have changed
+ * (reset, CAPACITY DATA HAS CHANGED, REPORTED LUNS DATA HAS CHANGED). */
 unsigned lg_session_reconnects (const struct lg_session *s);
 unsigned lg_session_retries (const struct lg_session *s);
-unsigned lg_session_capacity_changes (const struct lg_session *s);
+unsigned lg_session_lun_events (const struct lg_session *s);
 
 /* Targets found by SendTargets. */
 struct lg_target {
