@@ -25,6 +25,7 @@ static const struct {
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
   { "key", lg_cmd_key, "list, add or remove the key slots of a volume" },
   { "mount", lg_cmd_mount, "mount LUNs as files (FUSE)" },
+  { "bench", lg_cmd_bench, "measure a LUN, plain and through the crypt layer" },
 };
 
 static void

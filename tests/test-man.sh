@@ -14,7 +14,7 @@ for p in "$man"/*.pod; do
     fail "podchecker warnings in $p"
   fi
 done
-for c in discover info format verify key mount; do
+for c in discover info format verify key mount bench; do
   page="$man/lungate-$c.pod"
   [ -f "$page" ] || page="$man/lungate-$c.1.pod"
   [ -f "$page" ] || fail "no man page for lungate $c"

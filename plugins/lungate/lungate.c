@@ -14,11 +14,15 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -74,11 +78,96 @@ struct handle {
   const struct export *e;
 };
 
+/* nbdkit -D lungate.verbose=1: trace every SCSI command (with nbdkit -v). */
+NBDKIT_DLL_PUBLIC int lungate_debug_verbose = 0;
+
+/* The counters of every export, in the FUSE .stats format: at exit and
+ * on SIGUSR1 (a signal handler writes to a pipe; a thread logs). */
+static int stats_pipe[2] = { -1, -1 };
+static pthread_t stats_thread;
+static bool stats_thread_running;
+
+static void
+log_stats (const char *why)
+{
+  for (size_t i = 0; i < nexports; i++) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream (&buf, &len);
+
+    if (f == NULL)
+      return;
+    fprintf (f, "stats (%s): export=lun%d lun=%s size=%" PRIu64 " ", why,
+             exports[i].info.lun, exports[i].dev->name, exports[i].dev->size);
+    lg_dev_stats_print (exports[i].dev, f);
+    if (fclose (f) == 0)
+      nbdkit_error ("%s", buf);
+    free (buf);
+  }
+}
+
+static void
+on_sigusr1 (int sig)
+{
+  char c = 1;
+  int saved = errno;
+
+  (void) sig;
+  if (write (stats_pipe[1], &c, 1) < 0) {
+    /* Nothing to do in a signal handler. */
+  }
+  errno = saved;
+}
+
+static void *
+stats_loop (void *arg)
+{
+  char c;
+
+  (void) arg;
+  while (read (stats_pipe[0], &c, 1) == 1)
+    log_stats ("SIGUSR1");
+  return NULL;
+}
+
+static void
+start_stats (void)
+{
+  struct sigaction sa;
+
+  if (pipe2 (stats_pipe, O_CLOEXEC) < 0)
+    return;
+  if (pthread_create (&stats_thread, NULL, stats_loop, NULL) != 0) {
+    close (stats_pipe[0]);
+    close (stats_pipe[1]);
+    stats_pipe[0] = stats_pipe[1] = -1;
+    return;
+  }
+  stats_thread_running = true;
+  memset (&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigusr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset (&sa.sa_mask);
+  sigaction (SIGUSR1, &sa, NULL);
+}
+
+static void
+stop_stats (void)
+{
+  if (!stats_thread_running)
+    return;
+  signal (SIGUSR1, SIG_IGN);
+  close (stats_pipe[1]);
+  pthread_join (stats_thread, NULL);
+  close (stats_pipe[0]);
+  stats_thread_running = false;
+}
+
 static void
 lungate_load (void)
 {
   lg_log_set_sink (lg_nbdkit_log_sink);
-  lg_log_set_level (LG_LOG_DEBUG);
+  lg_log_set_level (LG_LOG_INFO);
   if (sodium_init () < 0)
     nbdkit_error ("cannot initialise libsodium");
   lg_login_init (&login);
@@ -87,6 +176,8 @@ lungate_load (void)
 static void
 lungate_unload (void)
 {
+  stop_stats ();
+  log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)
     lg_dev_close (exports[i].dev);
   free (exports);
@@ -315,6 +406,9 @@ lungate_get_ready (void)
   char err[512];
   int r = 0;
 
+  if (lungate_debug_verbose)
+    lg_log_set_level (LG_LOG_DEBUG);
+
   p = lg_pool_open (&login, portals, purl.target, 1, err, sizeof err);
   if (p == NULL) {
     nbdkit_error ("%s", err);
@@ -423,6 +517,7 @@ lungate_after_fork (void)
     nbdkit_error ("%s: the target has no disk LUN to export", purl.target);
     return -1;
   }
+  start_stats ();
   return 0;
 }
 

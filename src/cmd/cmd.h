@@ -24,6 +24,7 @@ int lg_cmd_format (int argc, char **argv);
 int lg_cmd_verify (int argc, char **argv);
 int lg_cmd_key (int argc, char **argv);
 int lg_cmd_mount (int argc, char **argv);
+int lg_cmd_bench (int argc, char **argv);
 
 /* Long options shared by the commands that log in (their values are >=
  * 0x100, so they do not clash with short options). */

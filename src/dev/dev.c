@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <time.h>
 
 #include "dev/dev.h"
 #include "util/log.h"
@@ -33,14 +34,110 @@ check_writable (struct lg_dev *d, const char *op)
   return 0;
 }
 
+uint64_t
+lg_dev_now_us (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static unsigned
+errno_slot (int err)
+{
+  switch (err) {
+  case EIO:
+    return 0;
+  case EPERM:
+    return 1;
+  case ENOSPC:
+    return 2;
+  case EINVAL:
+    return 3;
+  case ENOTSUP:
+    return 4;
+  case ESHUTDOWN:
+    return 5;
+  default:
+    return 6;
+  }
+}
+
+void
+lg_dev_account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes,
+                uint64_t start_us, int err)
+{
+  struct lg_dev_stats *st = &d->stats;
+
+  if (err) {
+    atomic_fetch_add_explicit (&st->errors[errno_slot (err)], 1,
+                               memory_order_relaxed);
+    return;
+  }
+  atomic_fetch_add_explicit (&st->ops[op], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit (&st->bytes[op], bytes, memory_order_relaxed);
+  if (op == LG_OP_READ || op == LG_OP_WRITE)
+    lg_hist_add (&st->latency, lg_dev_now_us () - start_us);
+}
+
+/* Accounts a synchronous call's result r (0 or -1 with errno). */
+static int
+account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes, uint64_t start_us,
+         int r)
+{
+  int saved = errno;
+
+  lg_dev_account (d, op, bytes, start_us, r < 0 ? (saved ? saved : EIO) : 0);
+  errno = saved;
+  return r;
+}
+
+void
+lg_dev_stats_print (const struct lg_dev *d, FILE *f)
+{
+  const struct lg_dev_stats *st = &d->stats;
+  struct lg_dev_transport tr;
+  uint64_t e[LG_DEV_ERRNOS], all = 0;
+
+#define LD(x) ((uint64_t) atomic_load_explicit (&(x), memory_order_relaxed))
+  for (unsigned i = 0; i < LG_DEV_ERRNOS; i++)
+    all += e[i] = LD (st->errors[i]);
+  lg_dev_transport (d, &tr);
+  fprintf (f,
+           "read_ops=%" PRIu64 " read_bytes=%" PRIu64 " write_ops=%" PRIu64
+           " written_bytes=%" PRIu64 " trim_ops=%" PRIu64 " trim_bytes=%" PRIu64
+           " zero_ops=%" PRIu64 " zero_bytes=%" PRIu64 " flush_ops=%" PRIu64
+           " errors=%" PRIu64 " errors_eio=%" PRIu64 " errors_eperm=%" PRIu64
+           " errors_enospc=%" PRIu64 " errors_einval=%" PRIu64
+           " errors_enotsup=%" PRIu64 " errors_eshutdown=%" PRIu64
+           " errors_other=%" PRIu64 " reconnects=%" PRIu64 " retries=%" PRIu64
+           " timeouts=%" PRIu64 " auth_failures=%" PRIu64
+           " latency_p50_us=%" PRIu64 " latency_p99_us=%" PRIu64
+           " latency_p999_us=%" PRIu64,
+           LD (st->ops[LG_OP_READ]), LD (st->bytes[LG_OP_READ]),
+           LD (st->ops[LG_OP_WRITE]), LD (st->bytes[LG_OP_WRITE]),
+           LD (st->ops[LG_OP_TRIM]), LD (st->bytes[LG_OP_TRIM]),
+           LD (st->ops[LG_OP_ZERO]), LD (st->bytes[LG_OP_ZERO]),
+           LD (st->ops[LG_OP_FLUSH]), all, e[0], e[1], e[2], e[3], e[4], e[5],
+           e[6], tr.reconnects, tr.retries, tr.timeouts,
+           lg_dev_auth_failures (d), lg_hist_quantile (&st->latency, 0.50),
+           lg_hist_quantile (&st->latency, 0.99),
+           lg_hist_quantile (&st->latency, 0.999));
+#undef LD
+}
+
 int
 lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 {
+  uint64_t t0;
+
   if (check_range (d, "read", count, off) < 0)
-    return -1;
+    return account (d, LG_OP_READ, 0, 0, -1);
   if (count == 0)
     return 0;
-  return d->ops->pread (d, buf, count, off);
+  t0 = lg_dev_now_us ();
+  return account (d, LG_OP_READ, count, t0, d->ops->pread (d, buf, count, off));
 }
 
 int
@@ -49,8 +146,13 @@ lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
   for (unsigned i = 0; i < n; i++)
     if (check_range (d, "read", segs[i].count, segs[i].off) < 0)
       return -1;
-  if (d->ops->pread_multi)
-    return d->ops->pread_multi (d, segs, n);
+  if (d->ops->pread_multi) {
+    uint64_t t0 = lg_dev_now_us (), total = 0;
+
+    for (unsigned i = 0; i < n; i++)
+      total += segs[i].count;
+    return account (d, LG_OP_READ, total, t0, d->ops->pread_multi (d, segs, n));
+  }
   for (unsigned i = 0; i < n; i++)
     if (segs[i].count
         && d->ops->pread (d, segs[i].buf, segs[i].count, segs[i].off) < 0)
@@ -62,12 +164,16 @@ int
 lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
                unsigned flags)
 {
+  uint64_t t0;
+
   if (check_writable (d, "write") < 0
       || check_range (d, "write", count, off) < 0)
-    return -1;
+    return account (d, LG_OP_WRITE, 0, 0, -1);
   if (count == 0)
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
-  return d->ops->pwrite (d, buf, count, off, flags);
+  t0 = lg_dev_now_us ();
+  return account (d, LG_OP_WRITE, count, t0,
+                  d->ops->pwrite (d, buf, count, off, flags));
 }
 
 int
@@ -75,30 +181,30 @@ lg_dev_flush (struct lg_dev *d)
 {
   if (d->read_only)
     return 0;
-  return d->ops->flush (d);
+  return account (d, LG_OP_FLUSH, 0, 0, d->ops->flush (d));
 }
 
 int
 lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   if (check_writable (d, "trim") < 0 || check_range (d, "trim", count, off) < 0)
-    return -1;
+    return account (d, LG_OP_TRIM, 0, 0, -1);
   if (count == 0)
     return 0;
   /* Trim is advisory: a device that cannot does nothing, correctly. */
   if (d->ops->trim == NULL || !d->can_trim)
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
-  return d->ops->trim (d, count, off, flags);
+  return account (d, LG_OP_TRIM, count, 0, d->ops->trim (d, count, off, flags));
 }
 
 int
 lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   if (check_writable (d, "zero") < 0 || check_range (d, "zero", count, off) < 0)
-    return -1;
+    return account (d, LG_OP_ZERO, 0, 0, -1);
   if (count == 0)
     return 0;
-  return d->ops->zero (d, count, off, flags);
+  return account (d, LG_OP_ZERO, count, 0, d->ops->zero (d, count, off, flags));
 }
 
 int
@@ -145,7 +251,7 @@ lg_dev_revalidate (struct lg_dev *d)
 void
 lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
-  t->reconnects = t->retries = 0;
+  t->reconnects = t->retries = t->timeouts = 0;
   if (d->ops->transport)
     d->ops->transport (d, t);
 }

@@ -7,9 +7,13 @@
 #ifndef LG_DEV_H
 #define LG_DEV_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "util/hist.h"
 
 #define LG_FUA 0x01       /* pwrite, zero, trim: durable on return */
 #define LG_MAY_TRIM 0x02  /* zero: may deallocate */
@@ -21,6 +25,27 @@ struct lg_dev;
 struct lg_dev_transport {
   uint64_t reconnects; /* logins after a lost connection */
   uint64_t retries;    /* commands retried after BUSY / TASK SET FULL */
+  uint64_t timeouts;   /* commands that got no answer in time */
+};
+
+/* The counters every device keeps of the requests made to it through the
+ * lg_dev_* entry points (so the front end's view when it is the top of a
+ * stack).  Atomics: any thread. */
+enum lg_dev_op {
+  LG_OP_READ,
+  LG_OP_WRITE,
+  LG_OP_TRIM,
+  LG_OP_ZERO,
+  LG_OP_FLUSH,
+  LG_OP_MAX
+};
+/* Errors by errno: EIO, EPERM, ENOSPC, EINVAL, ENOTSUP, ESHUTDOWN, other. */
+#define LG_DEV_ERRNOS 7
+
+struct lg_dev_stats {
+  atomic_uint_fast64_t ops[LG_OP_MAX], bytes[LG_OP_MAX];
+  atomic_uint_fast64_t errors[LG_DEV_ERRNOS];
+  struct lg_hist latency; /* reads and writes, microseconds */
 };
 
 /* An extent callback: [offset, offset+length) is a hole (is_hole) or
@@ -85,6 +110,7 @@ struct lg_dev {
    * file shows it); else the device keeps its size (NBD clients cache
    * it). */
   bool follow_resize;
+  struct lg_dev_stats stats; /* zeroed with the device */
 };
 
 /* The checked entry points.  Each returns 0, or -1 with errno set (one of
@@ -125,5 +151,24 @@ int lg_dev_revalidate (struct lg_dev *d);
 
 /* The transport's counters (zero where there is none). */
 void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
+
+/* Microseconds on the monotonic clock, for lg_dev_account. */
+uint64_t lg_dev_now_us (void);
+
+/* Counts one request of kind op and bytes that started at start_us and
+ * ended with err (0 or an errno).  The entry points do it themselves; a
+ * front end that starts requests (lg_dev_start_rw) calls it when one
+ * completes. */
+void lg_dev_account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes,
+                     uint64_t start_us, int err);
+
+/* One line of key=value pairs (no newline): the counters, the transport's
+ * and the authentication failures: read_ops=... read_bytes=...
+ * write_ops=... written_bytes=... trim_ops trim_bytes zero_ops zero_bytes
+ * flush_ops errors (all) errors_eio errors_eperm errors_enospc
+ * errors_einval errors_enotsup errors_eshutdown errors_other reconnects
+ * retries timeouts auth_failures latency_p50_us latency_p99_us
+ * latency_p999_us.  The FUSE .stats file and the plugin's log use it. */
+void lg_dev_stats_print (const struct lg_dev *d, FILE *f);
 
 #endif

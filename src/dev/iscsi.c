@@ -803,6 +803,7 @@ idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 
   t->reconnects = lg_pool_reconnects (x->pool);
   t->retries = lg_pool_retries (x->pool);
+  t->timeouts = lg_pool_timeouts (x->pool);
 }
 
 static const struct lg_dev_ops idev_ops = {

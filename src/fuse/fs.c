@@ -36,56 +36,13 @@
 
 #define MAX_NODES 1024
 #define STATS_NAME ".stats"
-#define LAT_BUCKETS 32 /* bucket b: latencies in [2^(b-1), 2^b) µs */
 
 struct node {
   int parent; /* index, -1 for the root */
   char name[256];
   bool dir;
-  struct lg_dev *dev; /* files */
-  atomic_uint_fast64_t rd_bytes, wr_bytes, rd_ops, wr_ops, errors;
-  atomic_uint_fast64_t lat[LAT_BUCKETS]; /* reads and writes */
+  struct lg_dev *dev; /* files; counters in dev->stats */
 };
-
-static uint64_t
-now_us (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
-}
-
-static void
-record_latency (struct node *nd, uint64_t start)
-{
-  uint64_t us = now_us () - start;
-  unsigned b = 0;
-
-  while (us > 0 && b < LAT_BUCKETS - 1) {
-    us >>= 1;
-    b++;
-  }
-  atomic_fetch_add (&nd->lat[b], 1);
-}
-
-/* The upper bound, in µs, of the bucket holding percentile p. */
-static uint64_t
-percentile (struct node *nd, double p)
-{
-  uint64_t c[LAT_BUCKETS], total = 0, seen = 0;
-
-  for (unsigned b = 0; b < LAT_BUCKETS; b++)
-    total += c[b] = atomic_load (&nd->lat[b]);
-  if (total == 0)
-    return 0;
-  for (unsigned b = 0; b < LAT_BUCKETS; b++) {
-    seen += c[b];
-    if ((double) seen >= p * (double) total)
-      return UINT64_C (1) << b;
-  }
-  return UINT64_C (1) << (LAT_BUCKETS - 1);
-}
 
 struct lg_fs {
   struct lg_fs_opts o;
@@ -325,27 +282,17 @@ stats_text (size_t *len)
   fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
   for (int i = 0; i < the_fs->n; i++) {
     struct node *nd = &the_fs->nodes[i];
-    struct lg_dev_transport tr;
     char path[600] = "";
 
     if (nd->dev == NULL)
       continue;
-    lg_dev_transport (nd->dev, &tr);
     if (nd->parent > 0)
       snprintf (path, sizeof path, "%s/", the_fs->nodes[nd->parent].name);
-    fprintf (f,
-             "file=%s%s lun=%s size=%" PRIu64 " read_bytes=%" PRIuFAST64
-             " read_ops=%" PRIuFAST64 " written_bytes=%" PRIuFAST64
-             " write_ops=%" PRIuFAST64 " errors=%" PRIuFAST64
-             " reconnects=%" PRIu64 " retries=%" PRIu64
-             " auth_failures=%" PRIu64 " latency_p50_us=%" PRIu64
-             " latency_p99_us=%" PRIu64 " latency_p999_us=%" PRIu64 "\n",
-             path, nd->name, nd->dev->name, nd->dev->size,
-             atomic_load (&nd->rd_bytes), atomic_load (&nd->rd_ops),
-             atomic_load (&nd->wr_bytes), atomic_load (&nd->wr_ops),
-             atomic_load (&nd->errors), tr.reconnects, tr.retries,
-             lg_dev_auth_failures (nd->dev), percentile (nd, 0.50),
-             percentile (nd, 0.99), percentile (nd, 0.999));
+    fprintf (f, "file=%s%s lun=%s size=%" PRIu64 " ", path, nd->name,
+             nd->dev->name,
+             (uint64_t) __atomic_load_n (&nd->dev->size, __ATOMIC_RELAXED));
+    lg_dev_stats_print (nd->dev, f);
+    fputc ('\n', f);
   }
   fclose (f);
   *len = sz;
@@ -436,23 +383,14 @@ areq_done (void *opaque, int err)
   struct areq *a = opaque;
   struct node *nd = a->nd;
 
-  if (err) {
-    atomic_fetch_add (&nd->errors, 1);
+  lg_dev_account (nd->dev, a->write ? LG_OP_WRITE : LG_OP_READ, a->size,
+                  a->start, err);
+  if (err)
     fuse_reply_err (a->req, file_errno (err));
-  }
-  else {
-    record_latency (nd, a->start);
-    if (a->write) {
-      atomic_fetch_add (&nd->wr_ops, 1);
-      atomic_fetch_add (&nd->wr_bytes, a->size);
-      fuse_reply_write (a->req, a->size);
-    }
-    else {
-      atomic_fetch_add (&nd->rd_ops, 1);
-      atomic_fetch_add (&nd->rd_bytes, a->size);
-      fuse_reply_buf (a->req, a->buf, a->size);
-    }
-  }
+  else if (a->write)
+    fuse_reply_write (a->req, a->size);
+  else
+    fuse_reply_buf (a->req, a->buf, a->size);
   free (a);
 }
 
@@ -476,7 +414,7 @@ start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
   a->size = size;
   if (write)
     memcpy (a->buf, data, size);
-  a->start = now_us ();
+  a->start = lg_dev_now_us ();
   if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, 0, areq_done, a)
       < 0) {
     free (a);
@@ -490,7 +428,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
          struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  uint64_t end, start;
+  uint64_t end;
   char *buf;
 
   if (nd->dev == NULL) {
@@ -518,18 +456,13 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_err (req, ENOMEM);
     return;
   }
-  start = now_us ();
   if (lg_dev_pread (nd->dev, buf, size, (uint64_t) off) < 0) {
     int err = errno ? errno : EIO;
 
-    atomic_fetch_add (&nd->errors, 1);
     free (buf);
     fuse_reply_err (req, file_errno (err));
     return;
   }
-  record_latency (nd, start);
-  atomic_fetch_add (&nd->rd_ops, 1);
-  atomic_fetch_add (&nd->rd_bytes, size);
   fuse_reply_buf (req, buf, size);
   free (buf);
 }
@@ -539,7 +472,6 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
           off_t off, struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  uint64_t start;
 
   (void) fi;
   if (nd->dev == NULL) {
@@ -555,17 +487,10 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
   if (!nd->dev->read_only
       && start_async (req, nd, true, buf, size, (uint64_t) off))
     return;
-  start = now_us ();
   if (lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0) < 0) {
-    int err = errno ? errno : EIO;
-
-    atomic_fetch_add (&nd->errors, 1);
-    fuse_reply_err (req, file_errno (err));
+    fuse_reply_err (req, file_errno (errno));
     return;
   }
-  record_latency (nd, start);
-  atomic_fetch_add (&nd->wr_ops, 1);
-  atomic_fetch_add (&nd->wr_bytes, size);
   fuse_reply_write (req, size);
 }
 
@@ -578,7 +503,6 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
   (void) datasync;
   (void) fi;
   if (nd->dev && lg_dev_flush (nd->dev) < 0) {
-    atomic_fetch_add (&nd->errors, 1);
     fuse_reply_err (req, file_errno (errno));
     return;
   }
@@ -624,7 +548,6 @@ fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
     return;
   }
   if (r < 0) {
-    atomic_fetch_add (&nd->errors, 1);
     fuse_reply_err (req, file_errno (errno));
     return;
   }

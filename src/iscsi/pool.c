@@ -99,6 +99,16 @@ lg_pool_retries (const struct lg_pool *p)
 }
 
 unsigned
+lg_pool_timeouts (const struct lg_pool *p)
+{
+  unsigned n = 0;
+
+  for (unsigned i = 0; i < p->n; i++)
+    n += lg_session_timeouts (p->s[i]);
+  return n;
+}
+
+unsigned
 lg_pool_lun_events (const struct lg_pool *p)
 {
   unsigned n = 0;

@@ -28,6 +28,7 @@ const char *lg_pool_portal (const struct lg_pool *p);
 unsigned lg_pool_reconnects (const struct lg_pool *p);
 unsigned lg_pool_retries (const struct lg_pool *p);
 unsigned lg_pool_lun_events (const struct lg_pool *p);
+unsigned lg_pool_timeouts (const struct lg_pool *p);
 
 /* Submits to the least loaded session; completes through cmd->waiter. */
 void lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd);

@@ -18,6 +18,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 
 #include <sodium.h>
 
+#include "iscsi/sense.h"
 #include "iscsi/session.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -104,7 +106,7 @@ struct lg_session {
   int64_t last_err_log;
 
   atomic_uint load; /* submitted and not completed */
-  atomic_uint reconnects, retries, lun_events;
+  atomic_uint reconnects, retries, lun_events, timeouts;
 };
 
 static void connection_lost (struct lg_session *s, const char *why);
@@ -376,6 +378,43 @@ may_retry (const struct lg_session *s, const struct lg_cmd *cmd, int64_t now)
   return now - cmd->first_ms < (int64_t) (s->budget_s ? s->budget_s : 1) * 1000;
 }
 
+/* -v -v (or nbdkit -D lungate.verbose=1): one line per completed
+ * command, with the LUN, the LBA range and the status. */
+static void
+trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
+{
+  const uint8_t *c;
+  char range[64] = "";
+
+  if (lg_log_get_level () < LG_LOG_DEBUG || cmd->task == NULL)
+    return;
+  c = cmd->task->cdb;
+  /* The 16-byte CDBs with an LBA and a block count. */
+  if (c[0] == 0x88 || c[0] == 0x8a || c[0] == 0x93 || c[0] == 0x91) {
+    uint64_t lba = 0;
+    uint32_t n = 0;
+
+    for (int i = 2; i < 10; i++)
+      lba = lba << 8 | c[i];
+    for (int i = 10; i < 14; i++)
+      n = n << 8 | c[i];
+    snprintf (range, sizeof range, " LBA %" PRIu64 "+%" PRIu32, lba, n);
+  }
+  lg_debug ("%s/%d: %s%s: %s%s%s", s->target, cmd->lun, lg_scsi_opname (c[0]),
+            range,
+            status == SCSI_STATUS_GOOD                  ? "GOOD"
+                : status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION "
+                : status == SCSI_STATUS_CANCELLED       ? "cancelled"
+                : status == SCSI_STATUS_TIMEOUT         ? "timed out"
+                : status == SCSI_STATUS_BUSY            ? "BUSY"
+                : status == SCSI_STATUS_TASK_SET_FULL   ? "TASK SET FULL"
+                                                        : "failed",
+            status == SCSI_STATUS_CHECK_CONDITION
+                ? scsi_sense_ascq_str (cmd->task->sense.ascq)
+                : "",
+            "");
+}
+
 static void
 scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
          void *private_data)
@@ -389,6 +428,9 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
    * every task, and so does libiscsi itself when the socket fails (then
    * iscsi_service returns and connection_lost follows; s->broken makes
    * sure of it).  Keep the command for the next connection. */
+  if (status == SCSI_STATUS_TIMEOUT)
+    atomic_fetch_add (&s->timeouts, 1);
+  trace (s, cmd, status);
   if (status == SCSI_STATUS_TIMEOUT && !s->discovery
       && ++cmd->timeouts < CMD_TIMEOUT_TRIES) {
     lg_warn ("%s: LUN %d: no answer to a command for %d s", s->target, cmd->lun,
@@ -665,6 +707,13 @@ service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
   return iscsi_service (s->ctx, pfd[0].revents) < 0 ? -1 : 0;
 }
 
+static void
+libiscsi_log (int level, const char *msg)
+{
+  (void) level;
+  lg_debug ("libiscsi: %s", msg);
+}
+
 /* A new context for this session, with the same initiator name and ISID
  * every time, so that logging in again reinstates the session: the target
  * drops the old connection and aborts its tasks, and a write stuck there
@@ -684,6 +733,11 @@ make_context (struct lg_session *s, char *err, size_t errlen)
    * queued commands behind our back. */
   iscsi_set_noautoreconnect (ctx, 1);
   iscsi_set_timeout (ctx, CMD_TIMEOUT_S);
+  /* libiscsi's own messages go to our log, at debug level. */
+  if (lg_log_get_level () >= LG_LOG_DEBUG) {
+    iscsi_set_log_fn (ctx, libiscsi_log);
+    iscsi_set_log_level (ctx, 2);
+  }
   /* Reuse libiscsi's small allocations (PDUs, tasks' buffers) instead of
    * a malloc and free per command. */
   iscsi_set_cache_allocations (ctx, 1);
@@ -1200,6 +1254,12 @@ unsigned
 lg_session_retries (const struct lg_session *s)
 {
   return atomic_load (&s->retries);
+}
+
+unsigned
+lg_session_timeouts (const struct lg_session *s)
+{
+  return atomic_load (&s->timeouts);
 }
 
 unsigned

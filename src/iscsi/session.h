@@ -134,6 +134,7 @@ unsigned lg_session_load (const struct lg_session *s);
 unsigned lg_session_reconnects (const struct lg_session *s);
 unsigned lg_session_retries (const struct lg_session *s);
 unsigned lg_session_lun_events (const struct lg_session *s);
+unsigned lg_session_timeouts (const struct lg_session *s);
 
 /* Targets found by SendTargets. */
 struct lg_target {

@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #include "util/fmt.h"
 
@@ -38,4 +39,53 @@ lg_json_string (FILE *f, const char *s)
       fputc (*p, f);
   }
   fputc ('"', f);
+}
+
+int
+lg_parse_size (const char *s, uint64_t *out)
+{
+  uint64_t v = 0;
+  unsigned shift = 0;
+  const char *p = s;
+
+  if (*p < '0' || *p > '9')
+    return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (v > (UINT64_MAX - (uint64_t) (*p - '0')) / 10)
+      return -1;
+    v = v * 10 + (uint64_t) (*p - '0');
+  }
+  switch (*p) {
+  case '\0':
+    break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    p++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    p++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    p++;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    p++;
+    break;
+  default:
+    return -1;
+  }
+  if (shift
+      && (strcmp (p, "") == 0 || strcmp (p, "iB") == 0 || strcmp (p, "B") == 0))
+    p += strlen (p);
+  if (*p != '\0' || (shift && v > (UINT64_MAX >> shift)))
+    return -1;
+  *out = v << shift;
+  return 0;
 }

@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate bench: a matrix of workloads on one LUN (sequential and random,
+ * read and write, at several queue depths), each for a fixed time, in
+ * plain mode and through the crypt layer, side by side.
+ *
+ * Threads: a workload at queue depth N runs N worker threads, each doing
+ * one synchronous request after another on the block device (so N are in
+ * flight); the main thread sleeps, draws the progress line and stops
+ * them.  Counters are atomics; each worker keeps its latencies in the
+ * workload's histogram (relaxed atomic adds).
+ *
+ * Safety: reading never changes the LUN.  Writing (write workloads, and
+ * the crypt modes, which write through a throw-away volume) needs
+ * --write, and a LUN with no lungate header and no file-system or
+ * partition signature unless --force; a refused run writes nothing.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+
+enum {
+  OPT_TIME = OPT_LOGIN_LAST + 1,
+  OPT_SEQ_BS,
+  OPT_RAND_BS,
+  OPT_DEPTHS,
+  OPT_WRITE,
+  OPT_FORCE,
+  OPT_CRYPT,
+  OPT_SIZE,
+  OPT_CONNECTIONS,
+  OPT_SVG,
+};
+
+#include "crypt/crypt.h"
+#include "crypt/header.h"
+#include "util/fmt.h"
+#include "util/hist.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+#define MAX_DEPTHS 8
+#define MAX_MODES 3
+#define MAX_JOBS (4 * MAX_DEPTHS)
+
+static const char usage[]
+    = "Usage: lungate bench [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+      "\n"
+      "Measure a LUN: sequential and random reads (and with --write, "
+      "writes) at\n"
+      "each queue depth, each for a fixed time, in plain mode and (with "
+      "--crypt)\n"
+      "through the crypt layer; MB/s, IOPS, latency p50/p99/p99.9 and the "
+      "CPU\n"
+      "time this process spent per GiB, with ratios to plain.\n"
+      "\n"
+      "Options:\n"
+      "  --time SECONDS               per workload and mode (default 5)\n"
+      "  --seq-bs SIZE                sequential block size (default 128K)\n"
+      "  --rand-bs SIZE               random block size (default 4K)\n"
+      "  --depths N[,N...]            queue depths (default 1,32)\n"
+      "  --size SIZE                  the part of the LUN used, from its "
+      "start\n"
+      "                               (default 1G, or less on a smaller LUN)\n"
+      "  --write                      also run write workloads (destroys "
+      "data)\n"
+      "  --crypt MODE[,MODE]          also through the crypt layer: aead, "
+      "mac\n"
+      "                               (a throw-away volume: needs --write)\n"
+      "  --force                      write even over a lungate header or a\n"
+      "                               file-system or partition signature\n"
+      "  --connections N              iSCSI connections (default 4)\n"
+      "  --json                       results as JSON on standard output\n"
+      "  --svg FILE                   bar charts of throughput and latency\n"
+      "  -h, --help                   this help\n"
+      "\n";
+
+struct job {
+  char name[48];  /* "seqread-qd32" */
+  char label[48]; /* "seq read 128K QD32" */
+  bool write, random;
+  uint32_t bs;
+  unsigned depth;
+};
+
+struct result {
+  bool done;
+  double secs;
+  uint64_t ops, bytes;
+  double cpu; /* seconds of this process */
+  uint64_t p50, p99, p999;
+};
+
+/* One running workload. */
+struct run {
+  struct lg_dev *dev;
+  const struct job *job;
+  uint64_t region; /* bytes, a multiple of the job's bs */
+  atomic_bool stop;
+  atomic_uint_fast64_t ops, bytes, next;
+  atomic_int err;
+  struct lg_hist hist;
+};
+
+static double
+now_s (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static double
+cpu_s (void)
+{
+  struct rusage ru;
+
+  getrusage (RUSAGE_SELF, &ru);
+  return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6
+      + (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
+}
+
+static void *
+worker (void *arg)
+{
+  struct run *r = arg;
+  const struct job *j = r->job;
+  uint64_t nblocks = r->region / j->bs;
+  void *buf;
+
+  if (posix_memalign (&buf, 4096, j->bs) != 0) {
+    atomic_store (&r->err, ENOMEM);
+    return NULL;
+  }
+  /* Incompressible, and different in every run. */
+  randombytes_buf (buf, j->bs);
+  while (!atomic_load_explicit (&r->stop, memory_order_relaxed)) {
+    uint64_t blk = j->random ? (uint64_t) randombytes_uniform (
+                       nblocks > UINT32_MAX ? UINT32_MAX : (uint32_t) nblocks)
+                             : atomic_fetch_add (&r->next, 1) % nblocks;
+    uint64_t off = blk * j->bs;
+    double t0 = now_s ();
+    int rc = j->write ? lg_dev_pwrite (r->dev, buf, j->bs, off, 0)
+                      : lg_dev_pread (r->dev, buf, j->bs, off);
+
+    if (rc < 0) {
+      atomic_store (&r->err, errno ? errno : EIO);
+      atomic_store (&r->stop, true);
+      break;
+    }
+    lg_hist_add (&r->hist, (uint64_t) ((now_s () - t0) * 1e6));
+    atomic_fetch_add_explicit (&r->ops, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit (&r->bytes, j->bs, memory_order_relaxed);
+  }
+  free (buf);
+  return NULL;
+}
+
+static bool progress_on;
+
+/* Runs job on dev for secs seconds; 0, or -1 with the error reported. */
+static int
+run_job (struct lg_dev *dev, const struct job *j, const char *mode,
+         uint64_t region, double secs, struct result *res)
+{
+  pthread_t th[256];
+  struct run *r = calloc (1, sizeof *r);
+  unsigned n = 0;
+  double t0, c0, last = 0;
+  int err;
+
+  if (r == NULL)
+    return -1;
+  r->dev = dev;
+  r->job = j;
+  r->region = region / j->bs * j->bs;
+  atomic_init (&r->stop, false);
+  atomic_init (&r->err, 0);
+  t0 = now_s ();
+  c0 = cpu_s ();
+  for (; n < j->depth; n++)
+    if (pthread_create (&th[n], NULL, worker, r) != 0) {
+      atomic_store (&r->err, EAGAIN);
+      atomic_store (&r->stop, true);
+      break;
+    }
+  while (!atomic_load (&r->stop)) {
+    double el = now_s () - t0;
+
+    if (el >= secs)
+      break;
+    if (progress_on && el - last >= 0.5) {
+      fprintf (stderr, "\rbench: %-22s %-5s %4.1f/%.0f s  %8.1f MB/s ",
+               j->label, mode, el, secs,
+               (double) atomic_load (&r->bytes) / el / 1e6);
+      last = el;
+    }
+    usleep (50000);
+  }
+  atomic_store (&r->stop, true);
+  for (unsigned i = 0; i < n; i++)
+    pthread_join (th[i], NULL);
+  res->secs = now_s () - t0;
+  res->cpu = cpu_s () - c0;
+  if (progress_on)
+    fprintf (stderr, "\r%78s\r", "");
+  err = atomic_load (&r->err);
+  if (err) {
+    lg_error ("%s: %s (%s): %s", dev->name, j->label, mode, strerror (err));
+    free (r);
+    return -1;
+  }
+  res->ops = atomic_load (&r->ops);
+  res->bytes = atomic_load (&r->bytes);
+  res->p50 = lg_hist_quantile (&r->hist, 0.50);
+  res->p99 = lg_hist_quantile (&r->hist, 0.99);
+  res->p999 = lg_hist_quantile (&r->hist, 0.999);
+  res->done = true;
+  free (r);
+  return 0;
+}
+
+/* Signatures of things worth keeping: a lungate header, a partition
+ * table, a file system, LVM, LUKS, swap.  buf holds the first 128 KiB. */
+static const char *
+signature (const uint8_t *buf, size_t len)
+{
+  static const struct {
+    size_t off;
+    const char *magic;
+    size_t n;
+    const char *what;
+  } sig[] = {
+    { 0, "LUKS\xba\xbe", 6, "a LUKS volume" },
+    { 0, "XFSB", 4, "an XFS file system" },
+    { 512, "EFI PART", 8, "a GPT partition table" },
+    { 4096, "EFI PART", 8, "a GPT partition table" },
+    { 512 + 0, "LABELONE", 8, "an LVM physical volume" },
+    { 1024 + 56, "\x53\xef", 2, "an ext2/3/4 file system" },
+    { 65536 + 64, "_BHRfS_M", 8, "a Btrfs file system" },
+    { 4096 - 10, "SWAPSPACE2", 10, "a swap area" },
+    { 3, "NTFS    ", 8, "an NTFS file system" },
+    { 82, "FAT32   ", 8, "a FAT file system" },
+  };
+
+  if (lg_header_has_magic (buf))
+    return "a lungate header";
+  for (size_t i = 0; i < sizeof sig / sizeof sig[0]; i++)
+    if (sig[i].off + sig[i].n <= len
+        && memcmp (buf + sig[i].off, sig[i].magic, sig[i].n) == 0)
+      return sig[i].what;
+  if (len >= 512 && buf[510] == 0x55 && buf[511] == 0xaa)
+    return "a DOS partition table or boot sector";
+  return NULL;
+}
+
+/* A throw-away crypt volume over raw: a header in memory only (never
+ * written), a random key, lazy metadata (units are written before they
+ * are read). */
+static struct lg_dev *
+open_crypt (struct lg_dev *raw, int mode, char *err, size_t errlen)
+{
+  struct lg_header h;
+  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+  struct lg_dev *d;
+
+  if (mk == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return NULL;
+  }
+  memset (&h, 0, sizeof h);
+  if (lg_header_geometry (&h, raw->size) < 0) {
+    snprintf (err, errlen, "the LUN is too small for a lungate volume");
+    sodium_free (mk);
+    return NULL;
+  }
+  h.version = LG_HDR_VERSION;
+  h.mode = mode;
+  h.flags = LG_HDR_FLAG_LAZY;
+  randombytes_buf (h.uuid, sizeof h.uuid);
+  crypto_kdf_keygen (mk);
+  d = lg_crypt_open (raw, false, &h, mk, 0, false, err, errlen);
+  sodium_free (mk);
+  return d;
+}
+
+/* Writes the region once, so that every unit read holds real data. */
+static int
+fill (struct lg_dev *d, uint64_t region, const char *mode)
+{
+  const size_t chunk = 1 << 20;
+  uint8_t *buf = malloc (chunk);
+  char what[64];
+
+  if (buf == NULL)
+    return -1;
+  randombytes_buf (buf, chunk);
+  snprintf (what, sizeof what, "bench: writing the %s volume", mode);
+  if (progress_on)
+    lg_progress_start (what);
+  for (uint64_t off = 0; off < region; off += chunk) {
+    size_t n = region - off < chunk ? (size_t) (region - off) : chunk;
+
+    if (lg_dev_pwrite (d, buf, n, off, 0) < 0) {
+      if (progress_on)
+        lg_progress_end ();
+      free (buf);
+      return -1;
+    }
+    if (progress_on)
+      lg_progress (off + n, region);
+  }
+  if (progress_on)
+    lg_progress_end ();
+  free (buf);
+  return 0;
+}
+
+static double
+mbps (const struct result *r)
+{
+  return r->secs > 0 ? (double) r->bytes / r->secs / 1e6 : 0;
+}
+
+static double
+iops (const struct result *r)
+{
+  return r->secs > 0 ? (double) r->ops / r->secs : 0;
+}
+
+static double
+cpu_per_gib (const struct result *r)
+{
+  return r->bytes ? r->cpu / ((double) r->bytes / (1024.0 * 1024 * 1024)) : 0;
+}
+
+/* The figure a job is judged by: MB/s for sequential, IOPS for random. */
+static double
+figure (const struct job *j, const struct result *r)
+{
+  return j->random ? iops (r) : mbps (r);
+}
+
+static void
+print_table (const struct job *jobs, unsigned njobs, const char *const *modes,
+             unsigned nmodes, struct result res[][MAX_MODES])
+{
+  printf ("%-22s %-5s %9s %9s %8s %8s %9s %9s %8s\n", "workload", "mode",
+          "MB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "CPU s/GiB",
+          "vs plain");
+  for (unsigned i = 0; i < njobs; i++)
+    for (unsigned m = 0; m < nmodes; m++) {
+      const struct result *r = &res[i][m];
+      char ratio[16] = "";
+
+      if (!r->done)
+        continue;
+      if (m > 0 && res[i][0].done && figure (&jobs[i], &res[i][0]) > 0)
+        snprintf (ratio, sizeof ratio, "%.2fx",
+                  figure (&jobs[i], r) / figure (&jobs[i], &res[i][0]));
+      printf ("%-22s %-5s %9.1f %9.0f %8" PRIu64 " %8" PRIu64 " %9" PRIu64
+              " %9.2f %8s\n",
+              m == 0 ? jobs[i].label : "", modes[m], mbps (r), iops (r), r->p50,
+              r->p99, r->p999, cpu_per_gib (r), ratio);
+    }
+}
+
+static void
+print_json (const char *lun, uint64_t region, double secs,
+            const struct job *jobs, unsigned njobs, const char *const *modes,
+            unsigned nmodes, struct result res[][MAX_MODES])
+{
+  bool first = true;
+
+  printf ("{\n  \"lun\": ");
+  lg_json_string (stdout, lun);
+  printf (",\n  \"region_bytes\": %" PRIu64 ",\n  \"seconds_per_run\": %.1f,\n"
+          "  \"results\": [",
+          region, secs);
+  for (unsigned i = 0; i < njobs; i++)
+    for (unsigned m = 0; m < nmodes; m++) {
+      const struct result *r = &res[i][m];
+
+      if (!r->done)
+        continue;
+      printf ("%s\n    {\"workload\": \"%s\", \"rw\": \"%s\", \"pattern\": "
+              "\"%s\", \"block_size\": %" PRIu32 ", \"queue_depth\": %u, "
+              "\"mode\": \"%s\", \"seconds\": %.3f, \"ops\": %" PRIu64
+              ", \"bytes\": %" PRIu64 ", \"mb_per_s\": %.2f, \"iops\": %.1f, "
+              "\"latency_us\": {\"p50\": %" PRIu64 ", \"p99\": %" PRIu64
+              ", \"p99_9\": %" PRIu64 "}, \"cpu_s_per_gib\": %.3f",
+              first ? "" : ",", jobs[i].name, jobs[i].write ? "write" : "read",
+              jobs[i].random ? "random" : "sequential", jobs[i].bs,
+              jobs[i].depth, modes[m], r->secs, r->ops, r->bytes, mbps (r),
+              iops (r), r->p50, r->p99, r->p999, cpu_per_gib (r));
+      if (m > 0 && res[i][0].done && figure (&jobs[i], &res[i][0]) > 0)
+        printf (", \"ratio_to_plain\": %.3f",
+                figure (&jobs[i], r) / figure (&jobs[i], &res[i][0]));
+      printf ("}");
+      first = false;
+    }
+  printf ("\n  ]\n}\n");
+}
+
+/* One bar chart: a group of bars (one per mode) per job. */
+static void
+svg_chart (FILE *f, double y0, const char *title, const struct job *jobs,
+           unsigned njobs, unsigned nmodes, struct result res[][MAX_MODES],
+           bool latency)
+{
+  static const char *const colour[MAX_MODES]
+      = { "#4e79a7", "#f28e2b", "#59a14f" };
+  const double left = 70, width = 860, height = 220;
+  double max = 0, group = width / (njobs ? njobs : 1);
+  double bar = (group - 16) / (nmodes ? nmodes : 1);
+
+  for (unsigned i = 0; i < njobs; i++)
+    for (unsigned m = 0; m < nmodes; m++) {
+      double v
+          = latency ? (double) res[i][m].p99 : figure (&jobs[i], &res[i][m]);
+
+      if (res[i][m].done && v > max)
+        max = v;
+    }
+  if (max <= 0)
+    max = 1;
+  fprintf (f,
+           "<text x=\"%.0f\" y=\"%.0f\" font-size=\"15\" "
+           "font-weight=\"bold\">%s</text>\n",
+           left, y0 + 18, title);
+  fprintf (f,
+           "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+           "stroke=\"#333\"/>\n",
+           left, y0 + 30 + height, left + width, y0 + 30 + height);
+  for (unsigned i = 0; i < njobs; i++) {
+    double gx = left + i * group + 8;
+
+    for (unsigned m = 0; m < nmodes; m++) {
+      const struct result *r = &res[i][m];
+      double v, h;
+
+      if (!r->done)
+        continue;
+      v = latency ? (double) r->p99 : figure (&jobs[i], r);
+      h = v / max * height;
+      fprintf (f,
+               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+               "fill=\"%s\"><title>%s: %.0f</title></rect>\n",
+               gx + m * bar, y0 + 30 + height - h, bar - 2, h, colour[m],
+               jobs[i].label, v);
+      fprintf (f,
+               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" "
+               "text-anchor=\"middle\">%.0f</text>\n",
+               gx + m * bar + (bar - 2) / 2, y0 + 26 + height - h, v);
+    }
+    fprintf (f,
+             "<text x=\"%.1f\" y=\"%.0f\" font-size=\"10\" "
+             "text-anchor=\"middle\">%s</text>\n",
+             gx + (group - 16) / 2, y0 + 46 + height, jobs[i].label);
+    fprintf (f,
+             "<text x=\"%.1f\" y=\"%.0f\" font-size=\"9\" "
+             "text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
+             gx + (group - 16) / 2, y0 + 58 + height,
+             latency              ? "p99 latency, us"
+                 : jobs[i].random ? "IOPS"
+                                  : "MB/s");
+  }
+}
+
+static int
+write_svg (const char *path, const char *lun, const struct job *jobs,
+           unsigned njobs, const char *const *modes, unsigned nmodes,
+           struct result res[][MAX_MODES])
+{
+  static const char *const colour[MAX_MODES]
+      = { "#4e79a7", "#f28e2b", "#59a14f" };
+  FILE *f = fopen (path, "w");
+
+  if (f == NULL) {
+    lg_error ("%s: %m", path);
+    return -1;
+  }
+  fprintf (f,
+           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" "
+           "height=\"640\" viewBox=\"0 0 1000 640\" "
+           "font-family=\"sans-serif\">\n"
+           "<rect width=\"1000\" height=\"640\" fill=\"white\"/>\n"
+           "<text x=\"70\" y=\"24\" font-size=\"13\">lungate bench: ");
+  for (const char *s = lun; *s; s++)
+    if (*s == '<')
+      fputs ("&lt;", f);
+    else if (*s == '&')
+      fputs ("&amp;", f);
+    else
+      fputc (*s, f);
+  fprintf (f, "</text>\n");
+  for (unsigned m = 0; m < nmodes; m++)
+    fprintf (
+        f,
+        "<rect x=\"%u\" y=\"34\" width=\"12\" height=\"12\" "
+        "fill=\"%s\"/><text x=\"%u\" y=\"45\" font-size=\"12\">%s</text>\n",
+        70 + m * 90, colour[m], 86 + m * 90, modes[m]);
+  svg_chart (f, 50, "Throughput (MB/s sequential, IOPS random)", jobs, njobs,
+             nmodes, res, false);
+  svg_chart (f, 340, "Latency (p99, microseconds)", jobs, njobs, nmodes, res,
+             true);
+  fprintf (f, "</svg>\n");
+  if (fclose (f) != 0) {
+    lg_error ("%s: %m", path);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+parse_depths (const char *s, unsigned *d, unsigned *n)
+{
+  *n = 0;
+  while (*s) {
+    char *end;
+    long v = strtol (s, &end, 10);
+
+    if (end == s || v < 1 || v > 256 || *n == MAX_DEPTHS
+        || (*end && *end != ','))
+      return -1;
+    d[(*n)++] = (unsigned) v;
+    s = *end ? end + 1 : end;
+  }
+  return *n ? 0 : -1;
+}
+
+static void
+size_label (uint32_t bs, char *buf, size_t len)
+{
+  if (bs % (1u << 20) == 0)
+    snprintf (buf, len, "%" PRIu32 "M", bs >> 20);
+  else if (bs % 1024 == 0)
+    snprintf (buf, len, "%" PRIu32 "K", bs >> 10);
+  else
+    snprintf (buf, len, "%" PRIu32, bs);
+}
+
+int
+lg_cmd_bench (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    LG_LOGIN_OPTIONS,
+    { "time", required_argument, NULL, OPT_TIME },
+    { "seq-bs", required_argument, NULL, OPT_SEQ_BS },
+    { "rand-bs", required_argument, NULL, OPT_RAND_BS },
+    { "depths", required_argument, NULL, OPT_DEPTHS },
+    { "size", required_argument, NULL, OPT_SIZE },
+    { "write", no_argument, NULL, OPT_WRITE },
+    { "crypt", required_argument, NULL, OPT_CRYPT },
+    { "force", no_argument, NULL, OPT_FORCE },
+    { "connections", required_argument, NULL, OPT_CONNECTIONS },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "svg", required_argument, NULL, OPT_SVG },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  static struct result res[MAX_JOBS][MAX_MODES];
+  struct lg_login login;
+  struct lg_url u = { 0 };
+  struct lg_dev *raw = NULL;
+  struct job jobs[MAX_JOBS];
+  const char *modes[MAX_MODES] = { "plain" };
+  int mode_ids[MAX_MODES] = { 0 };
+  unsigned nmodes = 1, njobs = 0, depths[MAX_DEPTHS] = { 1, 32 }, ndepths = 2;
+  uint64_t seq_bs = 128 * 1024, rand_bs = 4096, size = UINT64_C (1) << 30;
+  double secs = 5;
+  bool write = false, force = false, json = false;
+  const char *svg = NULL;
+  unsigned connections = 4;
+  int c, status = LG_EXIT_FAIL;
+
+  if (lg_login_init (&login) < 0)
+    return LG_EXIT_FAIL;
+  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+    int r = lg_cmd_option (&login, NULL, c, optarg);
+
+    if (r < 0)
+      goto out;
+    if (r > 0)
+      continue;
+    switch (c) {
+    case OPT_TIME: {
+      char *end;
+
+      secs = strtod (optarg, &end);
+      if (end == optarg || *end || !(secs >= 0.5 && secs <= 3600)) {
+        lg_error ("--time: '%s': want seconds from 0.5 to 3600", optarg);
+        goto out;
+      }
+      break;
+    }
+    case OPT_SEQ_BS:
+    case OPT_RAND_BS:
+    case OPT_SIZE: {
+      uint64_t v;
+
+      if (lg_parse_size (optarg, &v) < 0 || v == 0
+          || (c != OPT_SIZE && (v > (16u << 20) || v % 512 != 0))) {
+        lg_error ("%s: '%s' is not a valid size",
+                  c == OPT_SIZE         ? "--size"
+                      : c == OPT_SEQ_BS ? "--seq-bs"
+                                        : "--rand-bs",
+                  optarg);
+        goto out;
+      }
+      *(c == OPT_SIZE ? &size : c == OPT_SEQ_BS ? &seq_bs : &rand_bs) = v;
+      break;
+    }
+    case OPT_DEPTHS:
+      if (parse_depths (optarg, depths, &ndepths) < 0) {
+        lg_error ("--depths: '%s': want up to %d numbers from 1 to 256, "
+                  "separated by commas",
+                  optarg, MAX_DEPTHS);
+        goto out;
+      }
+      break;
+    case OPT_WRITE:
+      write = true;
+      break;
+    case OPT_FORCE:
+      force = true;
+      break;
+    case OPT_CRYPT: {
+      char *list = strdup (optarg), *save = NULL;
+
+      if (list == NULL)
+        goto out;
+      for (char *t = strtok_r (list, ",", &save); t;
+           t = strtok_r (NULL, ",", &save)) {
+        int id = strcmp (t, "aead") == 0 ? LG_MODE_AEAD
+            : strcmp (t, "mac") == 0     ? LG_MODE_MAC
+                                         : -1;
+        bool dup = false;
+
+        for (unsigned m = 1; m < nmodes; m++)
+          dup |= mode_ids[m] == id;
+        if (id < 0 || nmodes == MAX_MODES) {
+          lg_error ("--crypt: '%s': want aead, mac or both", optarg);
+          free (list);
+          goto out;
+        }
+        if (!dup) {
+          mode_ids[nmodes] = id;
+          modes[nmodes++] = id == LG_MODE_AEAD ? "aead" : "mac";
+        }
+      }
+      free (list);
+      break;
+    }
+    case OPT_CONNECTIONS: {
+      char *end;
+      long v = strtol (optarg, &end, 10);
+
+      if (end == optarg || *end || v < 1 || v > 64) {
+        lg_error ("--connections: '%s': want 1 to 64", optarg);
+        goto out;
+      }
+      connections = (unsigned) v;
+      break;
+    }
+    case OPT_JSON:
+      json = true;
+      break;
+    case OPT_SVG:
+      svg = optarg;
+      break;
+    case 'h':
+      printf ("%s%s", usage, lg_login_help);
+      status = LG_EXIT_OK;
+      goto out;
+    default:
+      status = lg_usage_error ("bench", "unknown option");
+      goto out;
+    }
+  }
+  if (argc - optind != 1) {
+    status = lg_usage_error ("bench", "expected one LUN URL");
+    goto out;
+  }
+  if (nmodes > 1 && !write) {
+    status = lg_usage_error ("bench",
+                             "--crypt writes a throw-away volume "
+                             "over the LUN: add --write");
+    goto out;
+  }
+  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+    goto out;
+  if (u.kind != LG_URL_LUN) {
+    lg_error ("invalid URL '%s': bench needs a LUN URL", argv[optind]);
+    goto out;
+  }
+  raw = lg_cmd_open_lun (&u, &login, connections, !write);
+  if (raw == NULL)
+    goto out;
+  if (write && raw->read_only) {
+    lg_error ("%s: the LUN is read-only: cannot run write workloads",
+              raw->name);
+    goto out;
+  }
+  if (write && !force) {
+    static uint8_t head[128 * 1024];
+    size_t n = raw->size < sizeof head ? (size_t) raw->size : sizeof head;
+    const char *what;
+
+    if (lg_dev_pread (raw, head, n, 0) < 0)
+      goto out;
+    if ((what = signature (head, n)) != NULL) {
+      lg_error ("%s: the LUN holds %s: --write would destroy it; use "
+                "--force to run anyway",
+                raw->name, what);
+      goto out;
+    }
+  }
+
+  /* The matrix. */
+  for (int w = 0; w < (write ? 2 : 1); w++)
+    for (int rnd = 0; rnd < 2; rnd++)
+      for (unsigned k = 0; k < ndepths; k++) {
+        struct job *j = &jobs[njobs++];
+        char bs[16];
+
+        j->write = w;
+        j->random = rnd;
+        j->bs = (uint32_t) (rnd ? rand_bs : seq_bs);
+        j->depth = depths[k];
+        size_label (j->bs, bs, sizeof bs);
+        snprintf (j->name, sizeof j->name, "%s%s-%s-qd%u", rnd ? "rand" : "seq",
+                  w ? "write" : "read", bs, j->depth);
+        snprintf (j->label, sizeof j->label, "%s %s %s QD%u",
+                  rnd ? "rand" : "seq", w ? "write" : "read", bs, j->depth);
+        if (j->bs % raw->block_size != 0) {
+          lg_error ("%s: block size %" PRIu32 " is not a multiple of the "
+                    "LUN's %" PRIu32 " bytes",
+                    raw->name, j->bs, raw->block_size);
+          goto out;
+        }
+      }
+
+  progress_on
+      = !json && isatty (STDERR_FILENO) && lg_log_get_level () >= LG_LOG_WARN;
+  for (unsigned m = 0; m < nmodes; m++) {
+    struct lg_dev *d = raw;
+    uint64_t region;
+    char err[512];
+
+    if (m > 0) {
+      d = open_crypt (raw, mode_ids[m], err, sizeof err);
+      if (d == NULL) {
+        lg_error ("%s: %s", raw->name, err);
+        goto out;
+      }
+    }
+    region = size < d->size ? size : d->size;
+    region -= region % seq_bs;
+    if (region < seq_bs || region < rand_bs) {
+      lg_error ("%s: the LUN is smaller than one request", d->name);
+      if (d != raw)
+        lg_dev_close (d);
+      goto out;
+    }
+    if (m > 0 && fill (d, region, modes[m]) < 0) {
+      lg_error ("%s: writing the %s volume: %m", raw->name, modes[m]);
+      lg_dev_close (d);
+      goto out;
+    }
+    for (unsigned i = 0; i < njobs; i++)
+      if (run_job (d, &jobs[i], modes[m], region, secs, &res[i][m]) < 0) {
+        if (d != raw)
+          lg_dev_close (d);
+        goto out;
+      }
+    if (d != raw)
+      lg_dev_close (d);
+    if (m == 0 && !json)
+      lg_debug ("bench: plain done");
+  }
+
+  if (json)
+    print_json (raw->name, size, secs, jobs, njobs, modes, nmodes, res);
+  else
+    print_table (jobs, njobs, modes, nmodes, res);
+  if (svg && write_svg (svg, raw->name, jobs, njobs, modes, nmodes, res) < 0)
+    goto out;
+  status = LG_EXIT_OK;
+
+out:
+  lg_dev_close (raw);
+  lg_url_clear (&u);
+  lg_login_clear (&login);
+  return status;
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Observability: the per-LUN counters kept by the core match a known
+# workload (N writes of M bytes show N and N*M), in the FUSE .stats file
+# and in the plugin's log on SIGUSR1 and at exit, in the same format; and
+# nbdkit -D lungate.verbose=1 traces each command with LUN, LBA, length
+# and status.
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+require fusermount3 mountpoint python3
+tgt_start
+t=iqn.2026-11.org.lungate:stats
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+
+# ---- FUSE ----
+if [ -c /dev/fuse ]; then
+  mnt="$TGT_DIR/mnt"; mkdir -p "$mnt"
+  cleanup () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
+  on_exit cleanup
+  "$LUNGATE" mount -f -o direct_io "$url" "$mnt" 2>"$TGT_DIR/mount.log" &
+  for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+  mountpoint -q "$mnt" || { cat "$TGT_DIR/mount.log"; fail "mount"; }
+  # Whatever touched the file before (something reads a new file's first
+  # blocks) is the baseline.
+  before=$(grep "^file=lun1 " "$mnt/.stats")
+  python3 - "$mnt/lun1" <<'PY' || fail "FUSE workload"
+import mmap, os, sys
+buf = mmap.mmap(-1, 8192)
+buf.write(os.urandom(8192))
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+for i in range(37):
+    assert os.pwritev(fd, [buf], i * 8192) == 8192
+small = mmap.mmap(-1, 4096)
+for i in range(11):
+    assert os.preadv(fd, [small], i * 65536) == 4096
+os.close(fd)
+PY
+  line=$(grep "^file=lun1 " "$mnt/.stats") || { cat "$mnt/.stats"; fail ".stats has no line for lun1"; }
+  echo "$line"
+  python3 - "$before" "$line" <<'PY' || fail ".stats does not count the workload"
+import sys
+b, a = (dict(kv.split("=", 1) for kv in l.split()) for l in sys.argv[1:3])
+d = {k: int(a[k]) - int(b[k]) for k in a if a[k].isdigit() and k != "size"}
+want = {"write_ops": 37, "written_bytes": 37 * 8192, "read_ops": 11,
+        "read_bytes": 11 * 4096, "errors": 0}
+for k, v in want.items():
+    assert d[k] == v, (k, d[k], v)
+assert int(a["latency_p50_us"]) > 0, a
+PY
+  fuse_keys=$(tr ' ' '\n' <<<"$line" | sed -n 's/=.*//p' | grep -v '^file$' | sort | tr '\n' ' ')
+  fusermount3 -u "$mnt" || fail "unmount"
+fi
+
+# ---- the plugin: SIGUSR1 and exit ----
+sock="$TGT_DIR/nbd.sock"
+log="$TGT_DIR/nbdkit.log"
+"${NBDKIT[@]}" -f -v -D lungate.verbose=1 -U "$sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$log" &
+gw=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
+# The baseline (opening the LUN reads where a lungate header would be).
+kill -USR1 "$gw"
+for _ in $(seq 50); do grep -q "stats (SIGUSR1)" "$log" && break; sleep 0.1; done
+before=$(grep -o "stats (SIGUSR1): .*" "$log" | tail -n 1) || { cat "$log" >&2; fail "no stats on SIGUSR1"; }
+env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "NBD workload"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+for i in range(23):
+    h.pwrite(b"s" * 12288, i * 12288)
+for i in range(5):
+    h.pread(4096, 1 << 20)
+h.flush(); h.flush()
+h.shutdown()
+PY
+kill -USR1 "$gw"
+for _ in $(seq 50); do [ "$(grep -c "stats (SIGUSR1)" "$log")" -ge 2 ] && break; sleep 0.1; done
+line=$(grep -o "stats (SIGUSR1): .*" "$log" | tail -n 1)
+[ "$line" != "$before" ] || { cat "$log" >&2; fail "no second stats line on SIGUSR1"; }
+echo "$line"
+python3 - "${before#stats (SIGUSR1): }" "${line#stats (SIGUSR1): }" <<'PY' || fail "the plugin's stats do not count the workload"
+import sys
+b, a = (dict(kv.split("=", 1) for kv in l.split()) for l in sys.argv[1:3])
+d = {k: int(a[k]) - int(b[k]) for k in a if a[k].isdigit() and k != "size"}
+want = {"write_ops": 23, "written_bytes": 23 * 12288, "read_ops": 5,
+        "read_bytes": 5 * 4096, "flush_ops": 2, "errors": 0}
+for k, v in want.items():
+    assert d[k] == v, (k, d[k], v)
+PY
+if [ -n "${fuse_keys:-}" ]; then
+  nbd_keys=$(sed 's/^stats (SIGUSR1): //' <<<"$line" | tr ' ' '\n' | sed -n 's/=.*//p' | grep -v '^export$' | sort | tr '\n' ' ')
+  [ "$fuse_keys" = "$nbd_keys" ] || fail "the plugin's keys ($nbd_keys) differ from .stats ($fuse_keys)"
+fi
+grep -Eq "$t/1: READ\(16\) LBA 2048\+8: GOOD" "$log" || { cat "$log" >&2; fail "no trace of the READ(16) at LBA 2048"; }
+grep -Eq "$t/1: WRITE\(16\) LBA 0\+24: GOOD" "$log" || fail "no trace of the first WRITE(16)"
+kill "$gw"; wait "$gw" 2>/dev/null || true
+grep -q "stats (exit): .* write_ops=23 " "$log" || { cat "$log" >&2; fail "no stats at exit"; }
+echo "test-stats: ok"
