@@ -20,7 +20,7 @@ log="$TGT_DIR/nbdkit.log"
   "url=iscsi://127.0.0.2:$TGT_PORT/$t/1" "url=iscsi://127.0.0.1:$TGT_PORT/$t/1" \
   connections=2 2>"$log" &
 gw=$!
-on_exit kill "$gw"
+on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
 ss -tn state established "dst 127.0.0.2:$TGT_PORT" | grep -q 127.0.0.2 \

@@ -17,7 +17,7 @@ log="$TGT_DIR/nbdkit.log"
 "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" "url=iscsi://$TGT_PORTAL/$t/1" \
   connections=2 timeout=60 2>"$log" &
 gw=$!
-on_exit kill "$gw"
+on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
 tgtd_pid=${TGT_PID:-}

@@ -24,7 +24,7 @@ log="$TGT_DIR/nbdkit.log"
 "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" "url=iscsi://$TGT_PORTAL/$t/1" \
   user=gwuser "password=+$secret" connections=2 timeout=3 2>"$log" &
 gw=$!
-on_exit kill "$gw"
+on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
 
@@ -111,7 +111,7 @@ import nbd, sys
 h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
 assert h.pread(65536, 0) == b"a" * 65536
 PY
-kill "$gw"; wait "$gw" 2>/dev/null || true
+nbd_stop "$gw"
 cat "$log"
 if grep -Eq "AddressSanitizer|runtime error:" "$log"; then fail "sanitizer report"; fi
 echo "test-nbd-outage: ok"

@@ -64,7 +64,7 @@ assert w >= 48 << 20, w
 assert r >= w, (r, w)
 print("writes %d MiB, verified %d MiB" % (w >> 20, r >> 20))
 PY
-  kill "$gw"; wait "$gw" 2>/dev/null || true
+  nbd_stop "$gw"
   cat "$log"
   n=$(grep -c "logged in again" "$log" || true)
   [ "$n" -ge 5 ] || fail "$name: $n reconnections logged, want at least 5"

@@ -96,6 +96,6 @@ if [ -n "${fuse_keys:-}" ]; then
 fi
 grep -Eq "$t/1: READ\(16\) LBA 2048\+8: GOOD" "$log" || { cat "$log" >&2; fail "no trace of the READ(16) at LBA 2048"; }
 grep -Eq "$t/1: WRITE\(16\) LBA 0\+24: GOOD" "$log" || fail "no trace of the first WRITE(16)"
-kill "$gw"; wait "$gw" 2>/dev/null || true
+nbd_stop "$gw"
 grep -q "stats (exit): .* write_ops=23 " "$log" || { cat "$log" >&2; fail "no stats at exit"; }
 echo "test-stats: ok"

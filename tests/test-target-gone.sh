@@ -16,7 +16,7 @@ sock="$TGT_DIR/s"
 "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" "url=iscsi://$TGT_PORTAL/$t/1" \
   connections=2 timeout=0 2>"$TGT_DIR/nbdkit.log" &
 gw=$!
-on_exit kill "$gw"
+on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || fail "nbdkit did not start"
 tgt_kill

@@ -173,18 +173,35 @@ lungate_load (void)
   lg_login_init (&login);
 }
 
+/* Stops every thread of ours and closes the devices: once, from unload
+ * or at exit, whichever comes first (no session thread should outlive
+ * the process's own exit handlers). */
 static void
-lungate_unload (void)
+shut_down (void)
 {
+  static bool done;
+
+  if (done)
+    return;
+  done = true;
   stop_stats ();
   log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)
     lg_dev_close (exports[i].dev);
+  nexports = 0;
   free (exports);
+  exports = NULL;
+  lg_pool_close (pool);
+  pool = NULL;
+}
+
+static void
+lungate_unload (void)
+{
+  shut_down ();
   if (keyfile)
     sodium_free (keyfile);
   lg_secret_free (passphrase);
-  lg_pool_close (pool);
   lg_url_clear (&purl);
   lg_login_clear (&login);
   free (url);
@@ -518,6 +535,7 @@ lungate_after_fork (void)
     return -1;
   }
   start_stats ();
+  atexit (shut_down);
   return 0;
 }
 
