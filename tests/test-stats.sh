@@ -91,7 +91,7 @@ for k, v in want.items():
     assert d[k] == v, (k, d[k], v)
 PY
 if [ -n "${fuse_keys:-}" ]; then
-  nbd_keys=$(sed 's/^stats (SIGUSR1): //' <<<"$line" | tr ' ' '\n' | sed -n 's/=.*//p' | grep -v '^export$' | sort | tr '\n' ' ')
+  nbd_keys=$(tr ' ' '\n' <<<"${line#stats (SIGUSR1): }" | sed -n 's/=.*//p' | grep -v '^export$' | sort | tr '\n' ' ')
   [ "$fuse_keys" = "$nbd_keys" ] || fail "the plugin's keys ($nbd_keys) differ from .stats ($fuse_keys)"
 fi
 grep -Eq "$t/1: READ\(16\) LBA 2048\+8: GOOD" "$log" || { cat "$log" >&2; fail "no trace of the READ(16) at LBA 2048"; }
