@@ -25,7 +25,17 @@ require_lungate_plugin ()
   [ -n "${LUNGATE_PLUGIN:-}" ] || fail "LUNGATE_PLUGIN is not set (run through make check)"
   [ -f "$LUNGATE_PLUGIN" ] || fail "LUNGATE_PLUGIN=$LUNGATE_PLUGIN does not exist"
   preload=$(_nbd_preload)
-  if [ -n "$preload" ]; then
+  if [ -n "${LUNGATE_VALGRIND:-}" ]; then
+    # LUNGATE_VALGRIND=DIR: nbdkit (and so the plugin) under valgrind,
+    # one log per process in DIR; contrib/check reads them.
+    [ -z "$preload" ] || fail "LUNGATE_VALGRIND: the plugin is built with sanitizers"
+    require valgrind
+    mkdir -p "$LUNGATE_VALGRIND"
+    NBDKIT=(valgrind --quiet --leak-check=full --show-leak-kinds=definite
+            --errors-for-leak-kinds=definite --track-origins=no
+            --suppressions="${srcdir:-.}/valgrind.supp"
+            --log-file="$LUNGATE_VALGRIND/vg.%p.log" nbdkit)
+  elif [ -n "$preload" ]; then
     # Leak checking stays off in nbdkit itself (not our code, and it exits
     # through paths LeakSanitizer reports); ASan's other checks stay on.
     NBDKIT=(env "LD_PRELOAD=$preload"

@@ -9,6 +9,12 @@
 require_lungate_plugin
 require python3 fusermount3 mountpoint
 [ "$(id -u)" = 0 ] || skip "reading another process's memory needs root"
+# Under AddressSanitizer the heap and its shadow are terabytes of mostly
+# unmapped address space, and freed memory is poisoned, not reused: the
+# scan is neither practical nor meaningful there (the werror build runs it).
+if ldd "$LUNGATE" 2>/dev/null | grep -q libasan; then
+  skip "built with AddressSanitizer"
+fi
 tgt_start
 t=iqn.2026-11.org.lungate:hygiene
 tgt_add_target 1 "$t"
@@ -45,11 +51,13 @@ mem = open("/proc/%s/mem" % pid, "rb", buffering=0)
 for lo, hi, perms, name, flags in regions:
     if "r" not in perms or name in ("[vvar]", "[vsyscall]"):
         continue
+    data = bytearray()
     try:
         mem.seek(lo)
-        data = mem.read(hi - lo)
+        for off in range(lo, hi, 1 << 24):
+            data += mem.read(min(1 << 24, hi - off))
     except OSError:
-        continue
+        pass
     if marker.encode() in data:
         found_marker = True
     nodump = " dd" in flags
