@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,4 +31,36 @@ Test (fmt, json_escapes)
   fclose (f);
   cr_assert_str_eq (buf, "\"a\\\"b\\\\c\\u000a\\u0001\"");
   free (buf);
+}
+
+Test (fmt, parse_size)
+{
+  uint64_t v = 7;
+
+  cr_assert_eq (lg_parse_size ("0", &v), 0);
+  cr_assert_eq (v, 0);
+  cr_assert_eq (lg_parse_size ("4096", &v), 0);
+  cr_assert_eq (v, 4096);
+  cr_assert_eq (lg_parse_size ("128K", &v), 0);
+  cr_assert_eq (v, 131072);
+  cr_assert_eq (lg_parse_size ("4KiB", &v), 0);
+  cr_assert_eq (v, 4096);
+  cr_assert_eq (lg_parse_size ("1g", &v), 0);
+  cr_assert_eq (v, UINT64_C (1) << 30);
+  cr_assert_eq (lg_parse_size ("16T", &v), 0);
+  cr_assert_eq (v, UINT64_C (16) << 40);
+  cr_assert_eq (lg_parse_size ("18446744073709551615", &v), 0);
+  cr_assert_eq (v, UINT64_MAX);
+  v = 7;
+  /* Overflows, junk, empty, signs, a suffix without digits: refused, and
+   * the output untouched. */
+  cr_assert_eq (lg_parse_size ("18446744073709551616", &v), -1);
+  cr_assert_eq (lg_parse_size ("16777216T", &v), -1);
+  cr_assert_eq (lg_parse_size ("", &v), -1);
+  cr_assert_eq (lg_parse_size ("-1", &v), -1);
+  cr_assert_eq (lg_parse_size ("K", &v), -1);
+  cr_assert_eq (lg_parse_size ("12Q", &v), -1);
+  cr_assert_eq (lg_parse_size ("12KB5", &v), -1);
+  cr_assert_eq (lg_parse_size (" 12", &v), -1);
+  cr_assert_eq (v, 7);
 }
