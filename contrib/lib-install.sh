@@ -13,7 +13,7 @@ LG_DEB_PACKAGES=(
   nbdkit nbdkit-plugin-dev
   libfuse3-dev fuse3
   libsodium-dev libcriterion-dev
-  tgt
+  tgt istgt
   libnbd-bin python3-libnbd
   qemu-utils qemu-block-extra fio fuse2fs e2fsprogs
   clang cppcheck shellcheck

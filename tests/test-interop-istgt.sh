@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Interop with a second target, istgt: the core of the suite against it --
+# discover, info, an NBD copy-verify and a FUSE file-system round trip
+# (mkfs.ext4, fuse2fs, a tree in, remount, compare, e2fsck -fn) -- plain,
+# with one-way CHAP, with mutual CHAP, an initiator refused by the ACL,
+# and the header digest on.  Each cell of the matrix prints a line.
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+require istgt nbdcopy fusermount3 fuse2fs mkfs.ext4 e2fsck mountpoint python3
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+dir=$(mktemp -d "$(_lg_tmproot)/lungate-istgt.XXXXXX") || fail "mktemp"
+port=$(_tgt_pick_port)
+ucport=$(_tgt_pick_port)
+base=iqn.2026-11.org.lungate.istgt
+cat >"$dir/istgt.conf" <<CONF
+[Global]
+  NodeBase "$base"
+  PidFile $dir/istgt.pid
+  AuthFile $dir/auth.conf
+  MediaDirectory $dir
+  LogFacility "local7"
+  Timeout 30
+  NopInInterval 20
+  DiscoveryAuthMethod Auto
+  DiscoveryAuthGroup AuthGroup1
+  MaxSessions 16
+  MaxConnections 4
+  FirstBurstLength 262144
+  MaxBurstLength 1048576
+  MaxRecvDataSegmentLength 262144
+[UnitControl]
+  AuthMethod None
+  Portal UC1 127.0.0.1:$ucport
+  Netmask 127.0.0.1
+[PortalGroup1]
+  Portal DA1 127.0.0.1:$port
+[InitiatorGroup1]
+  InitiatorName "!iqn.2026-11.org.lungate:denied"
+  InitiatorName "ALL"
+  Netmask 127.0.0.0/8
+[LogicalUnit1]
+  TargetName plain
+  Mapping PortalGroup1 InitiatorGroup1
+  AuthMethod None
+  UseDigest Auto
+  UnitType Disk
+  LUN0 Storage $dir/plain.img 64MB
+[LogicalUnit2]
+  TargetName chap
+  Mapping PortalGroup1 InitiatorGroup1
+  AuthMethod CHAP
+  AuthGroup AuthGroup1
+  UseDigest Auto
+  UnitType Disk
+  LUN0 Storage $dir/chap.img 64MB
+[LogicalUnit3]
+  TargetName mutual
+  Mapping PortalGroup1 InitiatorGroup1
+  AuthMethod CHAP Mutual
+  AuthGroup AuthGroup2
+  UseDigest Auto
+  UnitType Disk
+  LUN0 Storage $dir/mutual.img 64MB
+CONF
+cat >"$dir/auth.conf" <<CONF
+[AuthGroup1]
+  Auth "gwuser" "secret-01234567"
+[AuthGroup2]
+  Auth "gwuser" "secret-01234567" "istgt" "mutual-0123456"
+CONF
+for f in plain chap mutual; do truncate -s 64M "$dir/$f.img"; done
+istgt -c "$dir/istgt.conf" -D -q >"$dir/istgt.log" 2>&1 &
+ipid=$!
+stop_istgt () { kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null; rm -rf "$dir"; }
+on_exit stop_istgt
+for _ in $(seq 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  sleep 0.1
+done
+portal="iscsi://127.0.0.1:$port"
+good=$(secret_file secret-01234567)
+bad=$(secret_file secret-99999999)
+mutual=$(secret_file mutual-0123456)
+chap=(--user gwuser --password-file "$good")
+mchap=("${chap[@]}" --target-user istgt --target-password-file "$mutual")
+
+# NBD copy-verify: 16 MiB of random data in through the plugin, back out,
+# compared, and compared with the backing file.
+nbd_copy_verify ()   # nbd_copy_verify LUN-URL IMG [PLUGIN-PARAM...]
+{
+  local url=$1 img=$2
+  shift 2
+  head -c 16M /dev/urandom >"$dir/in"
+  nbd_run "url=$url" "$@" -- nbdcopy "$dir/in" '$uri' || return 1
+  nbd_run "url=$url" "$@" -- nbdcopy --requests=4 '$uri' "$dir/out" || return 1
+  cmp -n 16777216 "$dir/in" "$dir/out" && cmp -n 16777216 "$dir/in" "$img"
+}
+
+# FUSE round trip: mkfs.ext4 on the mounted LUN file, fuse2fs on it, a
+# tree in, both unmounted, mounted again, compared, e2fsck -fn clean.
+fuse_fsck ()   # fuse_fsck LUN-URL [LOGIN-OPTION...]
+{
+  local url=$1 m="$dir/m" fs="$dir/fs" f
+  shift
+  mkdir -p "$m" "$fs" "$dir/tree/a/b"
+  head -c 300k /dev/urandom >"$dir/tree/a/one"
+  head -c 70k /dev/urandom >"$dir/tree/a/b/two"
+  "$LUNGATE" mount "$@" "$url" "$m" || return 1
+  f="$m/lun0"
+  mkfs.ext4 -q -F -O ^has_journal "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
+  fs_mount "$f" "$fs" || { fusermount3 -u "$m"; return 1; }
+  cp -a "$dir/tree/." "$fs/"
+  fs_umount "$fs"
+  fusermount3 -u "$m" || return 1
+  "$LUNGATE" mount "$@" "$url" "$m" || return 1
+  fs_mount "$f" "$fs" ro || { fusermount3 -u "$m"; return 1; }
+  diff -r -x lost+found "$dir/tree" "$fs" >/dev/null || { fs_umount "$fs"; fusermount3 -u "$m"; return 1; }
+  fs_umount "$fs"
+  e2fsck -fn "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
+  fusermount3 -u "$m"
+}
+
+# fuse2fs in the foreground, so that unmounting can wait for it to let go
+# of the LUN file.
+fs_mount ()   # fs_mount FILE DIR [ro]
+{
+  local o=fakeroot
+  [ -n "${3:-}" ] && o=fakeroot,ro
+  fuse2fs -f -o "$o" "$1" "$2" >/dev/null 2>&1 &
+  fs_pid=$!
+  for _ in $(seq 100); do mountpoint -q "$2" && return 0; sleep 0.1; done
+  return 1
+}
+fs_umount ()
+{
+  fusermount3 -u "$1"
+  wait "$fs_pid" 2>/dev/null || true
+}
+
+cell () { printf 'istgt: %-28s %s\n' "$1" "$2"; }
+
+# plain
+# One-way CHAP for discovery: every target is listed; the LUNs of the one
+# that demands mutual CHAP cannot be (its login is refused, and said so).
+"$LUNGATE" discover "${chap[@]}" "$portal" >"$dir/disc" 2>&1 || true
+for t in plain chap mutual; do grep -q "^$base:$t\$" "$dir/disc" || { cat "$dir/disc"; fail "discover: $t missing"; }; done
+grep -q "lun 0  disk  64.00 MiB" "$dir/disc" || { cat "$dir/disc"; fail "discover: LUN of plain"; }
+grep -q "$base:mutual: authentication failed" "$dir/disc" || { cat "$dir/disc"; fail "discover: the mutual target's refusal"; }
+cell "plain: discover" ok
+"$LUNGATE" info "$portal/$base:plain/0" | grep -q "^size: 67108864 bytes" || fail "info plain"
+cell "plain: info" ok
+nbd_copy_verify "$portal/$base:plain/0" "$dir/plain.img" || fail "plain: NBD copy-verify"
+cell "plain: NBD copy-verify" ok
+fuse_fsck "$portal/$base:plain/0" || fail "plain: FUSE fsck round trip"
+cell "plain: FUSE fsck round trip" ok
+
+# header digest
+"$LUNGATE" info --header-digest crc32c "$portal/$base:plain/0" >/dev/null || fail "info with header digest"
+nbd_copy_verify "$portal/$base:plain/0" "$dir/plain.img" header-digest=crc32c \
+  || fail "header digest: NBD copy-verify"
+cell "header digest: info, NBD copy" ok
+
+# one-way CHAP
+"$LUNGATE" info "${chap[@]}" "$portal/$base:chap/0" >/dev/null || fail "CHAP: info"
+expect_fail_with "authentication failed" \
+  "$LUNGATE" info --user gwuser --password-file "$bad" "$portal/$base:chap/0"
+expect_fail_with "authentication failed" "$LUNGATE" info "$portal/$base:chap/0"
+nbd_copy_verify "$portal/$base:chap/0" "$dir/chap.img" user=gwuser "password=+$good" \
+  || fail "CHAP: NBD copy-verify"
+fuse_fsck "$portal/$base:chap/0" "${chap[@]}" || fail "CHAP: FUSE fsck round trip"
+cell "one-way CHAP: right/wrong/none" "ok (wrong and missing secret refused)"
+
+# mutual CHAP
+"$LUNGATE" info "${mchap[@]}" "$portal/$base:mutual/0" >/dev/null || fail "mutual CHAP: info"
+expect_fail_with "mutual CHAP" \
+  "$LUNGATE" info "${chap[@]}" --target-user istgt --target-password-file "$bad" \
+  "$portal/$base:mutual/0"
+nbd_copy_verify "$portal/$base:mutual/0" "$dir/mutual.img" user=gwuser "password=+$good" \
+  target-user=istgt "target-password=+$mutual" || fail "mutual CHAP: NBD copy-verify"
+fuse_fsck "$portal/$base:mutual/0" "${mchap[@]}" || fail "mutual CHAP: FUSE fsck round trip"
+cell "mutual CHAP" "ok (a wrong target secret refused)"
+
+# the ACL
+expect_fail_with "not authorized|not found" \
+  "$LUNGATE" info --initiator-name iqn.2026-11.org.lungate:denied "$portal/$base:plain/0"
+"$LUNGATE" info --initiator-name iqn.2026-11.org.lungate:allowed "$portal/$base:plain/0" >/dev/null \
+  || fail "ACL: an allowed name"
+cell "initiator ACL: allow/deny" ok
+echo "test-interop-istgt: ok"
