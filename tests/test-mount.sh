@@ -79,7 +79,7 @@ done
 
 # fio with verify on the raw file.
 fio --name=v --filename="$mnt/lun1" --ioengine=psync --rw=randwrite \
-  --bs=4k --size=32m --verify=crc32c --verify_fatal=1 --do_verify=1 \
+  --bs=4k --size=32m --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
   --output="$TGT_DIR/fio.out" >/dev/null 2>&1 || { cat "$TGT_DIR/fio.out"; fail "fio verify"; }
 
 # Punch a hole (the thin LUN deallocates) and zero a range.

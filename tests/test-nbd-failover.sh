@@ -28,7 +28,7 @@ ss -tn state established "dst 127.0.0.2:$TGT_PORT" | grep -q 127.0.0.2 \
 
 timeout 120 fio --name=failover --ioengine=nbd --uri="nbd+unix:///?socket=$sock" \
   --rw=randwrite --bs=4k --iodepth=16 --size=24m --rate_iops=2500 \
-  --verify=crc32c --verify_backlog=512 --verify_fatal=1 \
+  --verify=crc32c --verify_state_save=0 --verify_backlog=512 --verify_fatal=1 \
   --output-format=json --output="$TGT_DIR/fio.json" >"$TGT_DIR/fio.out" 2>&1 &
 fio_pid=$!
 sleep 2

@@ -15,7 +15,7 @@ tgt_allow 1 ALL
 nbd_run "url=iscsi://$TGT_PORTAL/$t/1" connections=4 -- \
   fio --name=verify --ioengine=nbd --uri='$uri' --rw=randwrite \
     --bsrange=4k-64k --iodepth=32 --numjobs=4 --size=64m \
-    --offset_increment=64m --verify=crc32c --verify_fatal=1 \
+    --offset_increment=64m --verify=crc32c --verify_state_save=0 --verify_fatal=1 \
     --do_verify=1 --output-format=json --output="$TGT_DIR/fio.json" \
   || { cat "$TGT_DIR/fio.json" >&2; fail "fio verify"; }
 "$NBD_PYTHON" - "$TGT_DIR/fio.json" <<'PY' || fail "fio reported errors"

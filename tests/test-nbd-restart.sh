@@ -36,7 +36,7 @@ run_round ()   # run_round NAME LUN [PLUGIN-PARAM...]
   # (verify_backlog) and all again at the end.
   timeout 300 fio --name="$name" --ioengine=nbd --uri="nbd+unix:///?socket=$sock" \
     --rw=randwrite --bs=4k --iodepth=16 --size=48m --rate_iops=2500 \
-    --verify=crc32c --verify_backlog=512 --verify_fatal=1 \
+    --verify=crc32c --verify_state_save=0 --verify_backlog=512 --verify_fatal=1 \
     --output-format=json --output="$TGT_DIR/fio-$name.json" \
     >"$TGT_DIR/fio-$name.out" 2>&1 &
   fio_pid=$!
