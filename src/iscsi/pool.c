@@ -78,44 +78,39 @@ lg_pool_portal (const struct lg_pool *p)
   return p->portal;
 }
 
-unsigned
-lg_pool_reconnects (const struct lg_pool *p)
+/* The sum of one session counter over the pool. */
+static unsigned
+sum (const struct lg_pool *p, unsigned (*counter) (const struct lg_session *))
 {
   unsigned n = 0;
 
   for (unsigned i = 0; i < p->n; i++)
-    n += lg_session_reconnects (p->s[i]);
+    n += counter (p->s[i]);
   return n;
+}
+
+unsigned
+lg_pool_reconnects (const struct lg_pool *p)
+{
+  return sum (p, lg_session_reconnects);
 }
 
 unsigned
 lg_pool_retries (const struct lg_pool *p)
 {
-  unsigned n = 0;
-
-  for (unsigned i = 0; i < p->n; i++)
-    n += lg_session_retries (p->s[i]);
-  return n;
+  return sum (p, lg_session_retries);
 }
 
 unsigned
 lg_pool_timeouts (const struct lg_pool *p)
 {
-  unsigned n = 0;
-
-  for (unsigned i = 0; i < p->n; i++)
-    n += lg_session_timeouts (p->s[i]);
-  return n;
+  return sum (p, lg_session_timeouts);
 }
 
 unsigned
 lg_pool_lun_events (const struct lg_pool *p)
 {
-  unsigned n = 0;
-
-  for (unsigned i = 0; i < p->n; i++)
-    n += lg_session_lun_events (p->s[i]);
-  return n;
+  return sum (p, lg_session_lun_events);
 }
 
 void
