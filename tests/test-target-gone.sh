@@ -19,6 +19,13 @@ gw=$!
 on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || fail "nbdkit did not start"
+# nbdkit listens before its pool is open: one read first, so that the
+# target dies under a gateway that is serving, not one still starting.
+env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "the gateway does not serve"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+h.pread(4096, 0)
+PY
 tgt_kill
 sleep 1
 timeout 30 env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "a request after the target died"
