@@ -21,7 +21,7 @@ sock="$TGT_DIR/nbd.sock"
 
 run_round ()   # run_round NAME LUN [PLUGIN-PARAM...]
 {
-  local name=$1 lun=$2 log="$TGT_DIR/nbdkit-$1.log" gw fio_pid rc i
+  local name=$1 lun=$2 log="$TGT_DIR/nbdkit-$1.log" gw fio_pid rc i n
   shift 2
   rm -f "$sock"
   "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" \
@@ -43,9 +43,19 @@ run_round ()   # run_round NAME LUN [PLUGIN-PARAM...]
 
   for i in 1 2 3 4 5; do
     sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.8 + rand() * 1.5 }')"
+    n=$(grep -c "logged in again" "$log" || true)
     tgt_kill
     sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.2 + rand() * 1.2 }')"
     tgt_restart
+    # The next kill waits until the gateway is back on this target, so
+    # that each restart interrupts a live session (two kills inside one
+    # outage would count as one).
+    for _ in $(seq 300); do
+      [ "$(grep -c "logged in again" "$log" || true)" -gt "$n" ] && break
+      sleep 0.1
+    done
+    [ "$(grep -c "logged in again" "$log" || true)" -gt "$n" ] \
+      || { cat "$log" >&2; fail "$name: no new login 30 s after restart $i"; }
     echo "$name: restart $i done"
   done
   rc=0; wait "$fio_pid" || rc=$?
