@@ -14,10 +14,19 @@ tgt_allow 1 ALL
 tgt_add_target 2 "$t2"
 tgt_add_lun 2 1 32M
 tgt_allow 2 ALL
+# A target named "..": tgt accepts it; lungate must not list it (or make
+# a directory of it in a mount), and says it left one out.
+tgtadm_ --mode target --op new --tid 3 -T ".." || fail "tgtadm: target '..'"
+tgt_add_lun 3 1 16M
+tgt_allow 3 ALL
 
-out=$(with_timeout 60 "$LUNGATE" discover "iscsi://$TGT_PORTAL") \
-  || fail "discover failed"
+out=$(with_timeout 60 "$LUNGATE" discover "iscsi://$TGT_PORTAL" 2>"$TGT_DIR/d.err") \
+  || { cat "$TGT_DIR/d.err" >&2; fail "discover failed"; }
 printf '%s\n' "$out"
+cat "$TGT_DIR/d.err"
+grep -q "SendTargets: 1 target(s) left out (a name that is not" "$TGT_DIR/d.err" \
+  || fail "no warning for the target named '..'"
+! grep -qx ".." <<<"$out" || fail "the target named '..' was listed"
 grep -qx "$t1" <<<"$out" || fail "target one not listed"
 grep -qx "$t2" <<<"$out" || fail "target two not listed"
 grep -q "portal $TGT_PORTAL," <<<"$out" || fail "portal not listed"

@@ -19,6 +19,10 @@ tgt_allow 1 ALL
 tgt_add_target 2 "$t2"
 tgt_add_lun 2 1 8M
 tgt_allow 2 ALL
+# A hostile name: tgt accepts "..", the mount must not make it a directory.
+tgtadm_ --mode target --op new --tid 3 -T ".." || fail "tgtadm: target '..'"
+tgt_add_lun 3 1 8M
+tgt_allow 3 ALL
 mnt="$TGT_DIR/mnt"; mkdir -p "$mnt"
 cleanup () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
 on_exit cleanup
@@ -32,6 +36,10 @@ for f in "$t1/lun1" "$t1/lun2" "$t2/lun1"; do
   [ -f "$mnt/$f" ] || { ls -laR "$mnt" >&2; fail "$f missing"; }
 done
 [ "$(stat -c %s "$mnt/$t2/lun1")" = 8388608 ] || fail "size of $t2/lun1"
+[ "$(cd "$mnt" && find . -mindepth 1 -maxdepth 1 ! -name .stats -printf '%P\n' | sort | tr '\n' ' ')" = "$t1 $t2 " ] \
+  || { ls -la "$mnt" >&2; fail "the portal mount shows more than the two named targets"; }
+grep -q "1 target(s) left out" "$TGT_DIR/mount.log" \
+  || { cat "$TGT_DIR/mount.log" >&2; fail "no warning for the target named '..'"; }
 
 # SEEK_DATA / SEEK_HOLE on the thin LUN: data at 4 MiB only.
 head -c 1M /dev/urandom | dd of="$mnt/$t1/lun1" bs=1M seek=4 conv=notrunc,fsync status=none

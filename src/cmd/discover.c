@@ -134,8 +134,7 @@ lg_cmd_discover (int argc, char **argv)
   };
   struct lg_login login;
   struct lg_url u = { 0 };
-  struct lg_session *s = NULL;
-  struct lg_cmd cmd;
+  struct lg_target_list *targets;
   char err[512];
   bool json = false;
   int c, status = LG_EXIT_FAIL, shown = 0;
@@ -175,17 +174,9 @@ lg_cmd_discover (int argc, char **argv)
     goto out;
   }
 
-  s = lg_session_open (&login, u.portal, NULL, err, sizeof err);
-  if (s == NULL) {
+  targets = lg_discover (&login, u.portal, err, sizeof err);
+  if (targets == NULL) {
     lg_error ("%s", err);
-    goto out;
-  }
-  memset (&cmd, 0, sizeof cmd);
-  cmd.kind = LG_CMD_DISCOVERY;
-  lg_session_exec (s, &cmd);
-  lg_session_close (s);
-  if (cmd.status != SCSI_STATUS_GOOD) {
-    lg_error ("%s: SendTargets discovery failed: %s", u.portal, cmd.msg);
     goto out;
   }
 
@@ -195,8 +186,8 @@ lg_cmd_discover (int argc, char **argv)
     lg_json_string (stdout, u.portal);
     printf (", \"targets\": [");
   }
-  for (size_t i = 0; i < cmd.targets->n; i++) {
-    const struct lg_target *t = &cmd.targets->t[i];
+  for (size_t i = 0; i < targets->n; i++) {
+    const struct lg_target *t = &targets->t[i];
 
     if (u.kind == LG_URL_TARGET && strcmp (t->name, u.target) != 0)
       continue;
@@ -216,7 +207,7 @@ lg_cmd_discover (int argc, char **argv)
       lg_error ("%s: the portal offers no targets to this initiator", u.portal);
     status = LG_EXIT_FAIL;
   }
-  lg_target_list_free (cmd.targets);
+  lg_target_list_free (targets);
 
 out:
   lg_url_clear (&u);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "dev/iscsi.h"
 #include "dev/stack.h"
@@ -102,30 +103,23 @@ make_plan (struct mount_plan *m)
   char err[512];
 
   if (m->u->kind == LG_URL_PORTAL) {
-    struct lg_session *s;
-    struct lg_cmd cmd;
+    struct lg_target_list *l
+        = lg_discover (m->login, m->u->portal, err, sizeof err);
 
-    s = lg_session_open (m->login, m->u->portal, NULL, err, sizeof err);
-    if (s == NULL) {
+    if (l == NULL) {
       lg_error ("%s", err);
       return -1;
     }
-    memset (&cmd, 0, sizeof cmd);
-    cmd.kind = LG_CMD_DISCOVERY;
-    lg_session_exec (s, &cmd);
-    lg_session_close (s);
-    if (cmd.status != SCSI_STATUS_GOOD) {
-      lg_error ("%s: SendTargets discovery failed: %s", m->u->portal, cmd.msg);
-      return -1;
-    }
-    for (size_t i = 0; i < cmd.targets->n && m->ntargets < MAX_TARGETS; i++)
-      if ((m->targets[m->ntargets++] = strdup (cmd.targets->t[i].name))
-          == NULL) {
-        lg_target_list_free (cmd.targets);
+    if (l->n > MAX_TARGETS)
+      lg_warn ("%s: %zu targets; mounting the first %d", m->u->portal, l->n,
+               MAX_TARGETS);
+    for (size_t i = 0; i < l->n && m->ntargets < MAX_TARGETS; i++)
+      if ((m->targets[m->ntargets++] = strdup (l->t[i].name)) == NULL) {
+        lg_target_list_free (l);
         lg_error ("out of memory");
         return -1;
       }
-    lg_target_list_free (cmd.targets);
+    lg_target_list_free (l);
     if (m->ntargets == 0) {
       lg_error ("%s: no targets", m->u->portal);
       return -1;
@@ -236,13 +230,14 @@ ready (struct lg_fs *fs, void *opaque)
 static long
 parse_num (const char *opt, const char *arg, int base, long max)
 {
-  char *end;
   long v;
 
-  errno = 0;
-  v = strtol (arg, &end, base);
-  if (errno || end == arg || *end || v < 0 || v > max) {
-    lg_error ("%s: bad value '%s'", opt, arg);
+  if (lg_parse_long (arg, base, 0, max, &v) < 0) {
+    if (base == 8)
+      lg_error ("%s: '%s' is not an octal number from 0 to 0%lo", opt, arg,
+                max);
+    else
+      lg_error ("%s: '%s' is not a number from 0 to %ld", opt, arg, max);
     return -1;
   }
   return v;

@@ -193,63 +193,6 @@ lg_login_clear (struct lg_login *l)
   memset (l, 0, sizeof *l);
 }
 
-/* ---- target lists ---- */
-
-void
-lg_target_list_free (struct lg_target_list *l)
-{
-  if (l == NULL)
-    return;
-  for (size_t i = 0; i < l->n; i++) {
-    free (l->t[i].name);
-    for (size_t j = 0; j < l->t[i].nportals; j++)
-      free (l->t[i].portals[j]);
-    free (l->t[i].portals);
-  }
-  free (l->t);
-  free (l);
-}
-
-/* libiscsi frees its list when the callback returns: copy it. */
-static struct lg_target_list *
-copy_targets (const struct iscsi_discovery_address *da)
-{
-  struct lg_target_list *l = calloc (1, sizeof *l);
-  size_t n = 0;
-
-  if (l == NULL)
-    return NULL;
-  for (const struct iscsi_discovery_address *a = da; a; a = a->next)
-    n++;
-  l->t = calloc (n ? n : 1, sizeof *l->t);
-  if (l->t == NULL)
-    goto err;
-  for (const struct iscsi_discovery_address *a = da; a; a = a->next) {
-    struct lg_target *t = &l->t[l->n++];
-    size_t np = 0;
-
-    t->name = strdup (a->target_name ? a->target_name : "");
-    if (t->name == NULL)
-      goto err;
-    for (const struct iscsi_target_portal *p = a->portals; p; p = p->next)
-      np++;
-    t->portals = calloc (np ? np : 1, sizeof *t->portals);
-    if (t->portals == NULL)
-      goto err;
-    for (const struct iscsi_target_portal *p = a->portals; p; p = p->next) {
-      t->portals[t->nportals] = strdup (p->portal ? p->portal : "");
-      if (t->portals[t->nportals] == NULL)
-        goto err;
-      t->nportals++;
-    }
-  }
-  return l;
-
-err:
-  lg_target_list_free (l);
-  return NULL;
-}
-
 static void
 wake (struct lg_session *s)
 {
@@ -504,7 +447,7 @@ discovery_cb (struct iscsi_context *ctx, int status, void *command_data,
 
   cmd->status = status;
   if (status == SCSI_STATUS_GOOD) {
-    cmd->targets = copy_targets (command_data);
+    cmd->targets = lg_targets_copy (command_data);
     if (cmd->targets == NULL) {
       cmd->status = SCSI_STATUS_ERROR;
       snprintf (cmd->msg, sizeof cmd->msg, "out of memory");
@@ -1223,6 +1166,38 @@ lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
   pthread_mutex_unlock (&s->lock);
   if (need_wake)
     wake (s);
+}
+
+struct lg_target_list *
+lg_discover (const struct lg_login *login, const char *portal, char *err,
+             size_t errlen)
+{
+  struct lg_session *s;
+  struct lg_cmd cmd;
+
+  s = lg_session_open (login, portal, NULL, err, errlen);
+  if (s == NULL)
+    return NULL;
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_DISCOVERY;
+  lg_session_exec (s, &cmd);
+  lg_session_close (s);
+  if (cmd.status != SCSI_STATUS_GOOD) {
+    snprintf (err, errlen, "%s: SendTargets discovery failed: %s", portal,
+              cmd.msg);
+    return NULL;
+  }
+  if (cmd.targets->dropped)
+    lg_warn ("%s: SendTargets: %zu target(s) left out (a name that is not "
+             "1-%d bytes of printable ASCII without space or '/', a repeated "
+             "name, or more than %d targets)",
+             portal, cmd.targets->dropped, LG_ISCSI_NAME_MAX, LG_TARGETS_MAX);
+  if (cmd.targets->dropped_portals)
+    lg_warn ("%s: SendTargets: %zu target address(es) left out (not 1-%d "
+             "bytes of printable ASCII, or more than %d for one target)",
+             portal, cmd.targets->dropped_portals, LG_TARGET_ADDRESS_MAX,
+             LG_TARGET_PORTALS_MAX);
+  return cmd.targets;
 }
 
 void

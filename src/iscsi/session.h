@@ -22,6 +22,8 @@
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
 
+#include "iscsi/targets.h"
+
 /* How to log in.  Secrets are sodium_malloc'd (util/secret.h); the struct
  * owns them (lg_login_clear frees). */
 struct lg_login {
@@ -125,6 +127,13 @@ void lg_session_submit (struct lg_session *s, struct lg_cmd *cmd);
 /* Submits one command and waits for it. */
 void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
 
+/* Logs in to portal for discovery, asks for SendTargets=All and logs
+ * out.  The list holds only what passed lg_targets_copy (a warning says
+ * what was left out); NULL with err set on failure. */
+struct lg_target_list *lg_discover (const struct lg_login *login,
+                                    const char *portal, char *err,
+                                    size_t errlen);
+
 /* Commands in flight or queued on this session (for load balancing). */
 unsigned lg_session_load (const struct lg_session *s);
 
@@ -135,19 +144,5 @@ unsigned lg_session_reconnects (const struct lg_session *s);
 unsigned lg_session_retries (const struct lg_session *s);
 unsigned lg_session_lun_events (const struct lg_session *s);
 unsigned lg_session_timeouts (const struct lg_session *s);
-
-/* Targets found by SendTargets. */
-struct lg_target {
-  char *name;
-  size_t nportals;
-  char **portals; /* "addr:port,tpgt" as the target sent it */
-};
-
-struct lg_target_list {
-  size_t n;
-  struct lg_target *t;
-};
-
-void lg_target_list_free (struct lg_target_list *l);
 
 #endif
