@@ -226,12 +226,9 @@ set_string (char **slot, const char *value)
 static int
 parse_seconds (const char *key, const char *value, int min, int *out)
 {
-  char *end;
   long v;
 
-  errno = 0;
-  v = strtol (value, &end, 10);
-  if (errno || end == value || *end || (v < min && min >= 0) || v > 86400) {
+  if (lg_parse_long (value, 10, min >= 0 ? min : LONG_MIN, 86400, &v) < 0) {
     nbdkit_error ("%s: '%s' is not a number of seconds from %d to 86400", key,
                   value, min < 0 ? 0 : min);
     return -1;
@@ -574,16 +571,13 @@ lungate_default_export (int readonly, int is_tls)
 static const struct export *
 find_export (const char *name)
 {
-  char *end;
   long lun;
 
   if (name[0] == '\0')
     return &exports[0];
   if (strncmp (name, "lun", 3) != 0)
     return NULL;
-  errno = 0;
-  lun = strtol (name + 3, &end, 10);
-  if (errno || end == name + 3 || *end)
+  if (lg_parse_long (name + 3, 10, 0, INT_MAX, &lun) < 0)
     return NULL;
   for (size_t i = 0; i < nexports; i++)
     if (exports[i].info.lun == lun)

@@ -528,18 +528,15 @@ write_svg (const char *path, const char *lun, const struct job *jobs,
 static int
 parse_depths (const char *s, unsigned *d, unsigned *n)
 {
-  *n = 0;
-  while (*s) {
-    char *end;
-    long v = strtol (s, &end, 10);
+  long v[MAX_DEPTHS];
+  int k = lg_parse_long_list (s, 1, 256, v, MAX_DEPTHS);
 
-    if (end == s || v < 1 || v > 256 || *n == MAX_DEPTHS
-        || (*end && *end != ','))
-      return -1;
-    d[(*n)++] = (unsigned) v;
-    s = *end ? end + 1 : end;
-  }
-  return *n ? 0 : -1;
+  if (k < 0)
+    return -1;
+  for (int i = 0; i < k; i++)
+    d[i] = (unsigned) v[i];
+  *n = (unsigned) k;
+  return 0;
 }
 
 static void
@@ -666,10 +663,9 @@ lg_cmd_bench (int argc, char **argv)
       break;
     }
     case OPT_CONNECTIONS: {
-      char *end;
-      long v = strtol (optarg, &end, 10);
+      long v;
 
-      if (end == optarg || *end || v < 1 || v > 64) {
+      if (lg_parse_long (optarg, 10, 1, 64, &v) < 0) {
         lg_error ("--connections: '%s': want 1 to 64", optarg);
         goto out;
       }

@@ -12,6 +12,7 @@
 
 #include <sodium.h>
 
+#include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "crypt/crypt.h"
 #include "crypt/header.h"
@@ -80,7 +81,7 @@ lg_cmd_key (int argc, char **argv)
   struct lg_header h;
   struct lg_keysrc ks;
   uint8_t *mk = NULL;
-  char err[512], *end;
+  char err[512];
   const char *verb;
   long slot = -1;
   bool force = false;
@@ -123,9 +124,7 @@ lg_cmd_key (int argc, char **argv)
         goto out;
       break;
     case OPT_SLOT:
-      errno = 0;
-      slot = strtol (optarg, &end, 10);
-      if (errno || *end || end == optarg || slot < 0 || slot >= LG_KEYSLOTS) {
+      if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &slot) < 0) {
         lg_error ("--slot: '%s': want 0 to %d", optarg, LG_KEYSLOTS - 1);
         goto out;
       }

@@ -11,6 +11,7 @@
 
 #include <sodium.h>
 
+#include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "crypt/crypt.h"
 #include "dev/iscsi.h"
@@ -55,16 +56,10 @@ lg_usage_error (const char *cmd, const char *fmt, ...)
 static int
 parse_int (const char *opt, const char *arg, long min, long max, long *out)
 {
-  char *end;
-  long v;
-
-  errno = 0;
-  v = strtol (arg, &end, 10);
-  if (errno || end == arg || *end != '\0' || v < min || v > max) {
+  if (lg_parse_long (arg, 10, min, max, out) < 0) {
     lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min, max);
     return -1;
   }
-  *out = v;
   return 0;
 }
 

@@ -2,6 +2,8 @@
 /* Output helpers.  Pure functions of their arguments: any thread. */
 #include <config.h>
 
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -88,4 +90,70 @@ lg_parse_size (const char *s, uint64_t *out)
     return -1;
   *out = v << shift;
   return 0;
+}
+
+/* Digits of base up to the first other character: a value for digit c,
+ * or -1. */
+static int
+digit (char c, int base)
+{
+  int d = c >= '0' && c <= '9' ? c - '0' : -1;
+
+  return d >= 0 && d < base ? d : -1;
+}
+
+int
+lg_parse_long (const char *s, int base, long min, long max, long *out)
+{
+  const char *p = s;
+  bool neg = *p == '-';
+  long v = 0;
+
+  if (base != 8 && base != 10)
+    return -1;
+  if (neg)
+    p++;
+  if (digit (*p, base) < 0)
+    return -1;
+  /* Accumulated negatively so that LONG_MIN parses too. */
+  for (; *p && digit (*p, base) >= 0; p++) {
+    int d = digit (*p, base);
+
+    if (v < (LONG_MIN + d) / base)
+      return -1;
+    v = v * base - d;
+  }
+  if (*p != '\0')
+    return -1;
+  if (!neg) {
+    if (v == LONG_MIN)
+      return -1;
+    v = -v;
+  }
+  if (v < min || v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int
+lg_parse_long_list (const char *s, long min, long max, long *out, size_t maxn)
+{
+  size_t n = 0;
+  char item[24];
+
+  while (true) {
+    size_t len = strcspn (s, ",");
+
+    if (n == maxn || len == 0 || len >= sizeof item)
+      return -1;
+    memcpy (item, s, len);
+    item[len] = '\0';
+    if (lg_parse_long (item, 10, min, max, &out[n]) < 0)
+      return -1;
+    n++;
+    if (s[len] == '\0')
+      return (int) n;
+    s += len + 1;
+  }
 }

@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,4 +64,74 @@ Test (fmt, parse_size)
   cr_assert_eq (lg_parse_size ("12KB5", &v), -1);
   cr_assert_eq (lg_parse_size (" 12", &v), -1);
   cr_assert_eq (v, 7);
+}
+
+Test (fmt, parse_long)
+{
+  long v = 12345;
+  char buf[32];
+
+  cr_assert_eq (lg_parse_long ("0", 10, 0, 10, &v), 0);
+  cr_assert_eq (v, 0);
+  cr_assert_eq (lg_parse_long ("-1", 10, -1, 86400, &v), 0);
+  cr_assert_eq (v, -1);
+  cr_assert_eq (lg_parse_long ("0755", 8, 0, 07777, &v), 0);
+  cr_assert_eq (v, 0755);
+  cr_assert_eq (lg_parse_long ("7", 10, 1, 7, &v), 0);
+  cr_assert_eq (v, 7);
+  snprintf (buf, sizeof buf, "%ld", LONG_MIN);
+  cr_assert_eq (lg_parse_long (buf, 10, LONG_MIN, LONG_MAX, &v), 0);
+  cr_assert_eq (v, LONG_MIN);
+  snprintf (buf, sizeof buf, "%ld", LONG_MAX);
+  cr_assert_eq (lg_parse_long (buf, 10, LONG_MIN, LONG_MAX, &v), 0);
+  cr_assert_eq (v, LONG_MAX);
+  v = 99;
+  /* Each refused, v untouched. */
+  const char *bad10[] = { "",
+                          "-",
+                          " 1",
+                          "+1",
+                          "1 ",
+                          "1x",
+                          "0x10",
+                          "8",
+                          "-2",
+                          "1e3",
+                          "9223372036854775808",
+                          "-9223372036854775809",
+                          "99999999999999999999" };
+  for (size_t i = 0; i < sizeof bad10 / sizeof *bad10; i++)
+    cr_assert_eq (lg_parse_long (bad10[i], 10, -1, 7, &v), -1, "'%s'",
+                  bad10[i]);
+  cr_assert_eq (lg_parse_long ("0778", 8, 0, 07777, &v), -1);
+  cr_assert_eq (lg_parse_long ("10000", 8, 0, 07777, &v), -1);
+  cr_assert_eq (lg_parse_long ("1", 16, 0, 10, &v), -1);
+  cr_assert_eq (v, 99);
+}
+
+Test (fmt, parse_long_list)
+{
+  long v[4] = { 0 };
+
+  cr_assert_eq (lg_parse_long_list ("1,32", 1, 256, v, 4), 2);
+  cr_assert_eq (v[0], 1);
+  cr_assert_eq (v[1], 32);
+  cr_assert_eq (lg_parse_long_list ("256", 1, 256, v, 4), 1);
+  cr_assert_eq (v[0], 256);
+  cr_assert_eq (lg_parse_long_list ("1,2,3,4", 1, 256, v, 4), 4);
+  cr_assert_eq (v[3], 4);
+  const char *bad[] = { "",
+                        ",",
+                        "1,",
+                        ",1",
+                        "1,,2",
+                        "0",
+                        "257",
+                        "1;2",
+                        "1, 2",
+                        "1,2,3,4,5",
+                        "100000000000000000000000000000" };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    cr_assert_eq (lg_parse_long_list (bad[i], 1, 256, v, 4), -1, "'%s'",
+                  bad[i]);
 }
