@@ -17,6 +17,7 @@ LG_DEB_PACKAGES=(
   libnbd-bin python3-libnbd
   qemu-utils qemu-block-extra fio fuse2fs e2fsprogs
   clang cppcheck shellcheck
+  debhelper dpkg-dev lintian
   iproute2 procps
 )
 
