@@ -18,7 +18,7 @@ LG_DEB_PACKAGES=(
   qemu-utils qemu-block-extra fio fuse2fs e2fsprogs
   clang cppcheck shellcheck
   debhelper dpkg-dev lintian
-  iproute2 procps
+  iproute2 procps gdb
 )
 
 # lg_missing_packages PKG...: print those not installed, one a line.

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
-# Key hygiene: while a mount (key file, then passphrase) and the plugin
-# (key-file=) serve an encrypted LUN, reading the whole memory of the
-# process through /proc/PID/mem finds no copy of the key or the passphrase
-# outside memory marked not to be dumped (libsodium's guarded pages); the
-# scan itself is shown to work by finding a non-secret marker.
+# Key hygiene: while format writes an encrypted LUN's metadata and while a
+# mount (key file, then passphrase) and the plugin (key file, passphrase)
+# serve one, reading the whole memory of the process through /proc/PID/mem
+# finds no copy of the key or the passphrase outside memory marked not to
+# be dumped (libsodium's guarded pages), and neither does a core dump of
+# it (gcore); each scan is shown to work by finding a non-secret marker.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
-require python3 fusermount3 mountpoint
+require python3 fusermount3 mountpoint gcore
 [ "$(id -u)" = 0 ] || skip "reading another process's memory needs root"
 tgt_start
 t=iqn.2026-11.org.lungate:hygiene
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_add_lun 1 2 16M
+tgt_add_lun 1 3 8G
 tgt_allow 1 ALL
 key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 pass="hygiene-passphrase-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -66,16 +68,59 @@ if not found_marker:
 sys.exit(1 if bad else 0)
 PY
 
-check_pid ()   # check_pid WHAT PID MARKER
+cat >"$TGT_DIR/scancore.py" <<'PY'
+# scancore.py CORE KEYFILE PASSPHRASE MARKER: exit 1 if a secret is in the
+# core file, 2 if the marker is not.
+import sys
+core, keyfile, passphrase, marker = sys.argv[1:5]
+data = open(core, "rb").read()
+if marker.encode() not in data:
+    print("the core file does not hold the marker", marker)
+    sys.exit(2)
+bad = [w for w, s in (("key", open(keyfile, "rb").read()),
+                      ("passphrase", passphrase.encode())) if s in data]
+for w in bad:
+    print("the core file holds the", w)
+sys.exit(1 if bad else 0)
+PY
+
+# check_pid WHAT PID MARKER: the live memory, then a core dump of it (gcore
+# leaves out, as the kernel's own dump does, what is marked not to dump).
+check_pid ()
 {
-  local rc=0
+  local rc=0 core="$TGT_DIR/core"
   python3 "$TGT_DIR/scan.py" "$2" "$key" "$pass" "$3" || rc=$?
   case $rc in
     0) echo "$1: no secret outside no-dump memory" ;;
     2) fail "$1: the memory scan does not work" ;;
     *) fail "$1: a key or passphrase copy in dumpable memory" ;;
   esac
+  rm -f "$core".*
+  timeout 120 gcore -o "$core" "$2" >"$TGT_DIR/gcore.log" 2>&1 \
+    || { cat "$TGT_DIR/gcore.log" >&2; fail "$1: gcore failed"; }
+  rc=0
+  python3 "$TGT_DIR/scancore.py" "$core.$2" "$key" "$pass" "$3" || rc=$?
+  case $rc in
+    0) echo "$1: no secret in a core dump ($(du -m "$core.$2" | cut -f1) MiB)" ;;
+    2) fail "$1: the core dump does not work" ;;
+    *) fail "$1: a key or passphrase copy in a core dump" ;;
+  esac
+  rm -f "$core".*
 }
+
+# format, caught in the middle of writing the metadata of an 8 GiB LUN:
+# stopped, scanned, let go on.
+"$LUNGATE" format --key-file "$key" "iscsi://$TGT_PORTAL/$t/3" >"$TGT_DIR/format.log" 2>&1 &
+fpid=$!
+for _ in $(seq 600); do
+  [ "$(du -k "$TGT_DIR/lun-1-3.img" | cut -f1)" -gt 1024 ] && break
+  kill -0 "$fpid" 2>/dev/null || break
+  sleep 0.05
+done
+kill -STOP "$fpid" 2>/dev/null || fail "format ended before it could be scanned"
+check_pid "format (key file)" "$fpid" "$t"
+kill -CONT "$fpid"
+wait "$fpid" || { cat "$TGT_DIR/format.log" >&2; fail "format of LUN 3"; }
 
 mnt="$TGT_DIR/mnt"; mkdir -p "$mnt"
 cleanup () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
