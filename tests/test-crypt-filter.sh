@@ -44,6 +44,14 @@ assert h.pread(len(b), 16 << 20) == b, "the plugin reads other data than the fil
 PY
 "$LUNGATE" verify --key-file "$key" "$url" >/dev/null 2>&1 || fail "verify after the filter's writes"
 
+# Read-only, one connection after another (nbdinfo opens the export twice:
+# NBD_OPT_INFO, then NBD_OPT_GO; a second connection once crashed nbdkit),
+# and a copy of what the plugin wrote.
+filter -r "key-file=$key" --run "env -u LD_PRELOAD nbdinfo \"\$uri\" && env -u LD_PRELOAD nbdcopy \"\$uri\" $TGT_DIR/copy" \
+  >"$TGT_DIR/info" 2>&1 || { cat "$TGT_DIR/info"; fail "read-only filter, two connections"; }
+grep -q "export-size: $(( (32 - 2) << 20 ))" "$TGT_DIR/info" || { cat "$TGT_DIR/info"; fail "nbdinfo size"; }
+cmp -n $((8 << 20)) "$TGT_DIR/a" "$TGT_DIR/copy" || fail "read-only copy differs"
+
 # Wrong key, and a backend that is no volume: clear errors.
 filter "key-file=$bad" --run "env -u LD_PRELOAD nbdinfo \"\$uri\"" 2>"$TGT_DIR/e" \
   && fail "the filter opened with a wrong key"

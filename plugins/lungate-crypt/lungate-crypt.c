@@ -238,6 +238,17 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
   if (cdev) {
     uint8_t buf[LG_HDR_SIZE];
 
+    /* This connection's backend must know its size before any read (and
+     * it must be the size the volume was opened with). */
+    size = next->get_size (next);
+    if (size < 0)
+      goto out;
+    if ((uint64_t) size != nextdev.size) {
+      nbdkit_error ("lungate-crypt: this export's size (%" PRIi64 " bytes) "
+                    "is not the volume's (%" PRIu64 " bytes)",
+                    size, nextdev.size);
+      goto out;
+    }
     if (next_pread (&nextdev, buf, sizeof buf, 0) < 0
         || lg_header_parse (buf, nextdev.size, &h, err, sizeof err) < 0
         || sodium_memcmp (h.uuid, volume_uuid, sizeof volume_uuid) != 0) {
