@@ -22,6 +22,12 @@ for c in discover info format verify key mount bench; do
     grep -q -- "B<$opt>" "$page" "$man/lungate.pod" \
       || fail "lungate $c: $opt is in --help but in no man page"
   done
+  # ... and the other way: every option the page documents is in --help.
+  "$LUNGATE" "$c" --help >"$(scratch_dir)/help-$c"
+  while read -r opt; do
+    grep -qE -- "$opt([^a-z0-9-]|\$)" "$(scratch_dir)/help-$c" \
+      || fail "lungate $c: $opt is in $(basename "$page") but not in --help"
+  done < <(grep -oE -- '^=item B<--[a-z][a-z0-9-]+>' "$page" | grep -oE -- '--[a-z0-9-]+' | sort -u)
 done
 for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u); do
   grep -q -- "B<$opt>" "$man/lungate.pod" || fail "lungate.pod lacks $opt"

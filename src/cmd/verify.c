@@ -24,6 +24,8 @@ static const char usage[]
       "of units that fails; exits 0 when all are authentic, 1 otherwise.\n"
       "\n"
       "Options:\n"
+      "  --repair                     after an unclean stop: clear stale\n"
+      "                               metadata slots, mark the volume clean\n"
       "  -h, --help                   this help\n"
       "\n";
 

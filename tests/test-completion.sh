@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# The bash completion (contrib/completion/lungate) completes subcommands,
+# each subcommand's options as its --help lists them, and the values of the
+# options that take a fixed set.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+d=$(scratch_dir)
+mkdir -p "$d/bin"
+ln -sf "$(cd "$(dirname "$LUNGATE")" && pwd)/$(basename "$LUNGATE")" "$d/bin/lungate"
+PATH=$d/bin:$PATH
+# shellcheck source=contrib/completion/lungate
+. "${srcdir:-.}/../contrib/completion/lungate"
+
+# complete_words WORD...: the completions for the last word, sorted, on one line.
+complete_words ()
+{
+  COMP_WORDS=(lungate "$@")
+  COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
+  COMPREPLY=()
+  _lungate
+  printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' '
+}
+
+want ()   # want "EXPECTED" WORD...
+{
+  local exp=$1 got
+  shift
+  got=$(complete_words "$@")
+  [ "$got" = "$exp" ] || fail "completion of 'lungate $*': got '$got', want '$exp'"
+  echo "lungate $*<TAB> -> $got"
+}
+
+want "mount " mo
+want "discover " di
+cmds=$(complete_words "")
+for c in discover info mount format verify key bench; do
+  grep -qw -- "$c" <<<"$cmds" || fail "subcommand $c not completed (got: $cmds)"
+done
+want "--write " bench --wr
+want "--repair " verify --rep
+want "--key-file " mount --key-f
+want "aead mac " format --mode ""
+want "crc32c none " info --header-digest ""
+want "add list remove " key ""
+want "aead aead,mac mac " bench --crypt ""
+# Every option of every subcommand's --help is offered after "--".
+for c in discover info mount format verify key bench; do
+  opts=$(complete_words "$c" --)
+  for o in $("$LUNGATE" "$c" --help | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u); do
+    grep -qw -- "$o" <<<"$opts" || fail "lungate $c: $o not completed"
+  done
+done
+echo "test-completion: ok"
