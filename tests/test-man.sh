@@ -41,4 +41,9 @@ while read -r p; do
     || fail "plugin parameter $p is not in nbdkit-lungate-plugin.pod"
 done < <(grep -oE '^[a-z-]+=' "$(scratch_dir)/ph" | sort -u)
 [ "$n" -ge 8 ] || fail "only $n plugin parameters found in --help"
+# ... and every parameter the page documents is in --help.
+while read -r p; do
+  grep -q "^$p" "$(scratch_dir)/ph" \
+    || fail "plugin parameter $p is in nbdkit-lungate-plugin.pod but not in --help"
+done < <(grep -oE '^=item B<[a-z-]+=' "$man/nbdkit-lungate-plugin.pod" | sed 's/^=item B<//')
 echo "test-man: ok"

@@ -395,7 +395,8 @@ lungate_config_complete (void)
   "connect-timeout=SECONDS  Login timeout (default 10).\n"                     \
   "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
-  "                     (-: prompt, +FILE, -FD)."
+  "                     (-: prompt, +FILE, -FD).\n"                            \
+  "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M)."
 
 static const struct lg_keysrc *
 keysrc (void)
