@@ -728,7 +728,8 @@ idev_extents (struct lg_dev *d, uint64_t count, uint64_t off, lg_extent_fn *fn,
     struct scsi_task *task = scsi_cdb_get_lba_status (lba, 4096);
     struct scsi_get_lba_status *st;
     char msg[256];
-    uint64_t progress = lba;
+    uint64_t progress;
+    bool stopped;
 
     if (task == NULL)
       return -1;
@@ -746,27 +747,12 @@ idev_extents (struct lg_dev *d, uint64_t count, uint64_t off, lg_extent_fn *fn,
       errno = err;
       return -1;
     }
-    st = scsi_datain_unmarshall (task);
-    for (uint32_t i = 0; st && i < st->num_descriptors; i++) {
-      const struct scsi_lba_status_descriptor *ds = &st->descriptors[i];
-      uint64_t a = ds->lba, b;
-
-      /* Hostile input: descriptors must move forward, inside the LUN. */
-      if (a != progress || ds->num_blocks == 0
-          || ds->num_blocks > x->info.nblocks - a)
-        break;
-      b = a + ds->num_blocks;
-      if (b > end)
-        b = end;
-      if (fn (opaque, a * x->bs, (b - a) * x->bs,
-              ds->provisioning != SCSI_PROVISIONING_TYPE_MAPPED)
-          < 0) {
-        scsi_free_scsi_task (task);
-        return 0;
-      }
-      progress = b;
-      if (b >= end)
-        break;
+    st = lg_datain_unmarshall (task);
+    progress = lg_lba_status_walk (st, lba, end, x->info.nblocks, x->bs, fn,
+                                   opaque, &stopped);
+    if (stopped) {
+      scsi_free_scsi_task (task);
+      return 0;
     }
     scsi_free_scsi_task (task);
     if (progress == lba) {

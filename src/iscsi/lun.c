@@ -56,11 +56,85 @@ copy_trim (char *dst, size_t len, const char *src)
       dst[i] = '?';
 }
 
+/* libiscsi's unmarshalling of INQUIRY data trusts the reply to be as long
+ * as the command asked for: the standard data is copied from fixed offsets
+ * up to 36 bytes and the supported VPD pages by their in-band count (up to
+ * 259 bytes), whatever arrived.  A short INQUIRY reply from a hostile
+ * target is padded with zeroes first (zero reads as "not reported").
+ * (Only INQUIRY: libiscsi 1.19 refuses a REPORT LUNS reply longer than
+ * its list.) */
+#define DATAIN_MIN 260
+
+static uint32_t
+get32 (const unsigned char *p)
+{
+  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
+      | p[3];
+}
+
+static void
+put32 (unsigned char *p, uint32_t v)
+{
+  p[0] = (unsigned char) (v >> 24);
+  p[1] = (unsigned char) (v >> 16);
+  p[2] = (unsigned char) (v >> 8);
+  p[3] = (unsigned char) v;
+}
+
+/* In-band lengths that libiscsi believes, cut to what arrived: n bytes
+ * (at least 4, or an INQUIRY reply padded above).  libiscsi 1.19 allocates
+ * for and walks a REPORT LUNS list as long as the reply claims (up to 4
+ * GiB), and reads a GET LBA STATUS length of 2^31 or more as negative. */
+static void
+clamp_lengths (struct scsi_task *task, uint32_t n)
+{
+  unsigned char *d = task->datain.data;
+
+  switch (task->cdb[0]) {
+  case SCSI_OPCODE_REPORTLUNS: /* list length, then 8 bytes per LUN */
+    if (get32 (d) > (n >= 8 ? (n - 8) & ~7u : 0))
+      put32 (d, n >= 8 ? (n - 8) & ~7u : 0);
+    break;
+  case SCSI_OPCODE_SERVICE_ACTION_IN: /* GET LBA STATUS: 16 per descriptor */
+    if ((task->cdb[1] & 0x1f) == SCSI_GET_LBA_STATUS
+        && get32 (d) > (n >= 8 ? 4 + (n - 8) / 16 * 16 : 0))
+      put32 (d, n >= 8 ? 4 + (n - 8) / 16 * 16 : 0);
+    break;
+  case SCSI_OPCODE_INQUIRY: /* supported VPD pages: a count in byte 3 */
+    if ((task->cdb[1] & 1) && task->cdb[2] == 0 && d[3] > (n >= 4 ? n - 4 : 0))
+      d[3] = (unsigned char) (n >= 4 ? n - 4 : 0);
+    break;
+  default:
+    break;
+  }
+}
+
+void *
+lg_datain_unmarshall (struct scsi_task *task)
+{
+  uint32_t n = task->datain.size > 0 ? (uint32_t) task->datain.size : 0;
+
+  if (task->cdb[0] == SCSI_OPCODE_INQUIRY && task->datain.size < DATAIN_MIN) {
+    unsigned char *p = calloc (1, DATAIN_MIN);
+
+    if (p == NULL)
+      return NULL;
+    if (task->datain.size > 0)
+      memcpy (p, task->datain.data, (size_t) task->datain.size);
+    free (task->datain.data);
+    task->datain.data = p;
+    task->datain.size = DATAIN_MIN;
+  }
+  if (n >= 4 || task->cdb[0] == SCSI_OPCODE_INQUIRY)
+    clamp_lengths (task, n);
+  return scsi_datain_unmarshall (task);
+}
+
 /* Runs task and unmarshalls its data-in.  NULL on failure, with errno and
  * err set; the caller still frees the task. */
 static void *
-run (struct lg_pool *p, int lun, struct scsi_task *task, const char *what,
-     char *err, size_t errlen)
+run (const struct lg_lun_io *io, int lun, struct scsi_task *task,
+     const char *what, char *err, size_t errlen)
 {
   char msg[256];
   void *data;
@@ -70,34 +144,34 @@ run (struct lg_pool *p, int lun, struct scsi_task *task, const char *what,
     errno = ENOMEM;
     return NULL;
   }
-  if (lg_pool_task (p, lun, task, msg, sizeof msg) < 0) {
+  if (io->task (io->opaque, lun, task, msg, sizeof msg) < 0) {
     int saved = errno;
 
-    snprintf (err, errlen, "%s/%d: %s: %s", lg_pool_target (p), lun, what, msg);
+    snprintf (err, errlen, "%s/%d: %s: %s", io->target, lun, what, msg);
     errno = saved;
     return NULL;
   }
-  data = scsi_datain_unmarshall (task);
+  data = lg_datain_unmarshall (task);
   if (data == NULL) {
     snprintf (err, errlen, "%s/%d: %s: malformed reply from the target",
-              lg_pool_target (p), lun, what);
+              io->target, lun, what);
     errno = EIO;
   }
   return data;
 }
 
 static int
-not_found (struct lg_pool *p, int lun, char *err, size_t errlen)
+not_found (const struct lg_lun_io *io, int lun, char *err, size_t errlen)
 {
-  snprintf (err, errlen, "%s: LUN %d does not exist on this target",
-            lg_pool_target (p), lun);
+  snprintf (err, errlen, "%s: LUN %d does not exist on this target", io->target,
+            lun);
   errno = ENOENT;
   return -1;
 }
 
 int
-lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
-              size_t errlen)
+lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
+                 char *err, size_t errlen)
 {
   struct scsi_task *task;
   struct scsi_inquiry_standard *inq;
@@ -109,15 +183,15 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
   info->lun = lun;
 
   task = scsi_cdb_inquiry (0, 0, 255);
-  inq = run (p, lun, task, "INQUIRY", err, errlen);
+  inq = run (io, lun, task, "INQUIRY", err, errlen);
   if (inq == NULL) {
     if (errno == ESHUTDOWN) /* LOGICAL UNIT NOT SUPPORTED */
-      r = not_found (p, lun, err, errlen);
+      r = not_found (io, lun, err, errlen);
     goto out;
   }
   if (inq->qualifier == SCSI_INQUIRY_PERIPHERAL_QUALIFIER_NOT_SUPPORTED
       || inq->device_type == SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_UNKNOWN) {
-    r = not_found (p, lun, err, errlen);
+    r = not_found (io, lun, err, errlen);
     goto out;
   }
   info->device_type = inq->device_type;
@@ -144,7 +218,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
     char ignore[256];
 
     task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES, 255);
-    sp = run (p, lun, task, "INQUIRY VPD 0x00", ignore, sizeof ignore);
+    sp = run (io, lun, task, "INQUIRY VPD 0x00", ignore, sizeof ignore);
     if (sp) {
       for (int i = 0; i < sp->num_pages && i < 255; i++) {
         has_b0 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS;
@@ -157,7 +231,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
   }
 
   task = scsi_cdb_readcapacity16 ();
-  rc = run (p, lun, task, "READ CAPACITY(16)", err, errlen);
+  rc = run (io, lun, task, "READ CAPACITY(16)", err, errlen);
   if (rc == NULL) {
     if (task && task->status == SCSI_STATUS_CHECK_CONDITION
         && task->sense.key == SCSI_SENSE_NOT_READY) {
@@ -171,14 +245,14 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
     snprintf (err, errlen,
               "%s/%d: READ CAPACITY(16): unsupported logical "
               "block size %u",
-              lg_pool_target (p), lun, rc->block_length);
+              io->target, lun, rc->block_length);
     errno = ENOTSUP;
     goto out;
   }
   if (rc->returned_lba == UINT64_MAX
       || (rc->returned_lba + 1) > UINT64_MAX / rc->block_length) {
     snprintf (err, errlen, "%s/%d: READ CAPACITY(16): capacity out of range",
-              lg_pool_target (p), lun);
+              io->target, lun);
     errno = EIO;
     goto out;
   }
@@ -197,7 +271,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
     char ignore[256];
 
     task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
-    bl = run (p, lun, task, "INQUIRY VPD 0xB0", ignore, sizeof ignore);
+    bl = run (io, lun, task, "INQUIRY VPD 0xB0", ignore, sizeof ignore);
     if (bl) {
       info->has_block_limits = true;
       info->max_xfer_blocks = bl->max_xfer_len;
@@ -217,7 +291,7 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
 
     task = scsi_cdb_inquiry (
         1, SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
-    lbp = run (p, lun, task, "INQUIRY VPD 0xB2", ignore, sizeof ignore);
+    lbp = run (io, lun, task, "INQUIRY VPD 0xB2", ignore, sizeof ignore);
     if (lbp) {
       info->has_lbp = true;
       info->lbpu = lbp->lbpu != 0;
@@ -237,11 +311,11 @@ lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
   if (task) {
     char msg[256];
 
-    if (lg_pool_task (p, lun, task, msg, sizeof msg) == 0
+    if (io->task (io->opaque, lun, task, msg, sizeof msg) == 0
         && task->datain.size >= 4)
       info->write_protected = (task->datain.data[2] & 0x80) != 0;
     else
-      lg_debug ("%s/%d: MODE SENSE(6): %s", lg_pool_target (p), lun, msg);
+      lg_debug ("%s/%d: MODE SENSE(6): %s", io->target, lun, msg);
   }
   r = 0;
 
@@ -251,8 +325,8 @@ out:
 }
 
 int
-lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
-                size_t errlen)
+lg_report_luns_io (const struct lg_lun_io *io, int **luns, size_t *n, char *err,
+                   size_t errlen)
 {
   struct scsi_task *task = scsi_reportluns_cdb (0, 16384);
   struct scsi_reportluns_list *list;
@@ -260,7 +334,7 @@ lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
 
   *luns = NULL;
   *n = 0;
-  list = run (p, 0, task, "REPORT LUNS", err, errlen);
+  list = run (io, 0, task, "REPORT LUNS", err, errlen);
   if (list == NULL)
     goto out;
   *luns = calloc (list->num ? list->num : 1, sizeof **luns);
@@ -277,4 +351,60 @@ lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
 out:
   scsi_free_scsi_task (task);
   return r;
+}
+
+static int
+pool_task (void *opaque, int lun, struct scsi_task *task, char *msg, size_t len)
+{
+  return lg_pool_task (opaque, lun, task, msg, len);
+}
+
+int
+lg_lun_probe (struct lg_pool *p, int lun, struct lg_lun_info *info, char *err,
+              size_t errlen)
+{
+  struct lg_lun_io io = { pool_task, p, lg_pool_target (p) };
+
+  return lg_lun_probe_io (&io, lun, info, err, errlen);
+}
+
+int
+lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
+                size_t errlen)
+{
+  struct lg_lun_io io = { pool_task, p, lg_pool_target (p) };
+
+  return lg_report_luns_io (&io, luns, n, err, errlen);
+}
+
+uint64_t
+lg_lba_status_walk (const struct scsi_get_lba_status *st, uint64_t lba,
+                    uint64_t end, uint64_t nblocks, uint32_t bs,
+                    int (*fn) (void *opaque, uint64_t off, uint64_t len,
+                               bool hole),
+                    void *opaque, bool *stopped)
+{
+  uint64_t progress = lba;
+
+  *stopped = false;
+  for (uint32_t i = 0; st && i < st->num_descriptors && progress < end; i++) {
+    const struct scsi_lba_status_descriptor *ds = &st->descriptors[i];
+    uint64_t a = ds->lba, b;
+
+    /* Hostile input: descriptors must move forward, inside the LUN. */
+    if (a != progress || a >= nblocks || ds->num_blocks == 0
+        || ds->num_blocks > nblocks - a)
+      break;
+    b = a + ds->num_blocks;
+    if (b > end)
+      b = end;
+    if (fn (opaque, a * bs, (b - a) * bs,
+            ds->provisioning != SCSI_PROVISIONING_TYPE_MAPPED)
+        < 0) {
+      *stopped = true;
+      break;
+    }
+    progress = b;
+  }
+  return progress;
 }

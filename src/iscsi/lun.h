@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+
 #include "iscsi/pool.h"
 
 struct lg_lun_info {
@@ -44,6 +47,37 @@ struct lg_lun_info {
 
   bool write_protected; /* MODE SENSE WP bit */
 };
+
+/* How the probe sends a command: the pool's in the gateway, replies made
+ * up from the input in the fuzzer.  task() runs task and returns 0, or -1
+ * with errno set and msg filled. */
+struct lg_lun_io {
+  int (*task) (void *opaque, int lun, struct scsi_task *task, char *msg,
+               size_t len);
+  void *opaque;
+  const char *target; /* for messages */
+};
+
+int lg_lun_probe_io (const struct lg_lun_io *io, int lun,
+                     struct lg_lun_info *info, char *err, size_t errlen);
+int lg_report_luns_io (const struct lg_lun_io *io, int **luns, size_t *n,
+                       char *err, size_t errlen);
+
+/* scsi_datain_unmarshall, after padding a short reply with zeroes so that
+ * libiscsi reads no further than the buffer. */
+void *lg_datain_unmarshall (struct scsi_task *task);
+
+/* What the descriptors of a GET LBA STATUS reply starting at lba say about
+ * blocks lba to end - 1 of a LUN of nblocks: fn is called for each run
+ * (bytes, with block size bs), in order, while the descriptors are
+ * well-formed (contiguous from lba, non-empty, inside the LUN).  Returns the
+ * first block not described (lba when nothing usable came back); *stopped
+ * is set when fn returned < 0. */
+uint64_t lg_lba_status_walk (const struct scsi_get_lba_status *st, uint64_t lba,
+                             uint64_t end, uint64_t nblocks, uint32_t bs,
+                             int (*fn) (void *opaque, uint64_t off,
+                                        uint64_t len, bool hole),
+                             void *opaque, bool *stopped);
 
 /* Probes lun over the pool.  -1 with errno set and err filled: ENOENT
  * when the LUN does not exist, the mapped SCSI errno otherwise. */
