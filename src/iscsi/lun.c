@@ -117,8 +117,10 @@ lg_datain_unmarshall (struct scsi_task *task)
   if (task->cdb[0] == SCSI_OPCODE_INQUIRY && task->datain.size < DATAIN_MIN) {
     unsigned char *p = calloc (1, DATAIN_MIN);
 
-    if (p == NULL)
+    if (p == NULL) {
+      errno = ENOMEM;
       return NULL;
+    }
     if (task->datain.size > 0)
       memcpy (p, task->datain.data, (size_t) task->datain.size);
     free (task->datain.data);
@@ -151,8 +153,11 @@ run (const struct lg_lun_io *io, int lun, struct scsi_task *task,
     errno = saved;
     return NULL;
   }
+  errno = 0;
   data = lg_datain_unmarshall (task);
-  if (data == NULL) {
+  if (data == NULL && errno == ENOMEM)
+    snprintf (err, errlen, "%s/%d: %s: out of memory", io->target, lun, what);
+  else if (data == NULL) {
     snprintf (err, errlen, "%s/%d: %s: malformed reply from the target",
               io->target, lun, what);
     errno = EIO;

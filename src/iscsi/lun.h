@@ -63,8 +63,10 @@ int lg_lun_probe_io (const struct lg_lun_io *io, int lun,
 int lg_report_luns_io (const struct lg_lun_io *io, int **luns, size_t *n,
                        char *err, size_t errlen);
 
-/* scsi_datain_unmarshall, after padding a short reply with zeroes so that
- * libiscsi reads no further than the buffer. */
+/* scsi_datain_unmarshall, after padding a short INQUIRY reply with zeroes
+ * and cutting in-band list lengths to what arrived, so that libiscsi reads
+ * no further than the buffer.  NULL for a malformed reply, or with errno
+ * ENOMEM when out of memory. */
 void *lg_datain_unmarshall (struct scsi_task *task);
 
 /* What the descriptors of a GET LBA STATUS reply starting at lba say about
