@@ -143,21 +143,22 @@ lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 int
 lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
 {
-  for (unsigned i = 0; i < n; i++)
-    if (check_range (d, "read", segs[i].count, segs[i].off) < 0)
-      return -1;
-  if (d->ops->pread_multi) {
-    uint64_t t0 = lg_dev_now_us (), total = 0;
+  uint64_t t0, total = 0;
+  int r = 0;
 
-    for (unsigned i = 0; i < n; i++)
-      total += segs[i].count;
-    return account (d, LG_OP_READ, total, t0, d->ops->pread_multi (d, segs, n));
+  for (unsigned i = 0; i < n; i++) {
+    if (check_range (d, "read", segs[i].count, segs[i].off) < 0)
+      return account (d, LG_OP_READ, 0, 0, -1);
+    total += segs[i].count;
   }
-  for (unsigned i = 0; i < n; i++)
-    if (segs[i].count
-        && d->ops->pread (d, segs[i].buf, segs[i].count, segs[i].off) < 0)
-      return -1;
-  return 0;
+  t0 = lg_dev_now_us ();
+  if (d->ops->pread_multi)
+    r = d->ops->pread_multi (d, segs, n);
+  else
+    for (unsigned i = 0; i < n && r == 0; i++)
+      if (segs[i].count)
+        r = d->ops->pread (d, segs[i].buf, segs[i].count, segs[i].off);
+  return account (d, LG_OP_READ, total, t0, r);
 }
 
 int
@@ -240,6 +241,13 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
     return -1;
   }
   return d->ops->start_rw (d, write, buf, count, off, flags, done, opaque);
+}
+
+bool
+lg_dev_can_start_rw (const struct lg_dev *d, uint64_t count, uint64_t off)
+{
+  return d->ops->start_rw != NULL && count != 0 && count % d->block_size == 0
+      && off % d->block_size == 0;
 }
 
 int

@@ -139,6 +139,11 @@ int lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
                      uint64_t off, unsigned flags, lg_dev_done_fn *done,
                      void *opaque);
 
+/* Whether lg_dev_start_rw can take a request of count bytes at off (a
+ * device that can start requests, whole blocks): a front end asks before
+ * it sets up a request of its own. */
+bool lg_dev_can_start_rw (const struct lg_dev *d, uint64_t count, uint64_t off);
+
 /* Units that failed authentication in this device or below; 0 where
  * nothing authenticates. */
 uint64_t lg_dev_auth_failures (const struct lg_dev *d);

@@ -402,8 +402,7 @@ start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
 {
   struct areq *a;
 
-  if (nd->dev->ops->start_rw == NULL || off % nd->dev->block_size != 0
-      || size % nd->dev->block_size != 0 || size == 0)
+  if (!lg_dev_can_start_rw (nd->dev, size, off))
     return false;
   a = malloc (sizeof *a + size);
   if (a == NULL)
