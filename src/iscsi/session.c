@@ -343,7 +343,7 @@ trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
       n = n << 8 | c[i];
     snprintf (range, sizeof range, " LBA %" PRIu64 "+%" PRIu32, lba, n);
   }
-  lg_debug ("%s/%d: %s%s: %s%s%s", s->target, cmd->lun, lg_scsi_opname (c[0]),
+  lg_debug ("%s/%d: %s%s: %s%s", s->target, cmd->lun, lg_scsi_opname (c[0]),
             range,
             status == SCSI_STATUS_GOOD                  ? "GOOD"
                 : status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION "
@@ -354,8 +354,7 @@ trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
                                                         : "failed",
             status == SCSI_STATUS_CHECK_CONDITION
                 ? scsi_sense_ascq_str (cmd->task->sense.ascq)
-                : "",
-            "");
+                : "");
 }
 
 static void
