@@ -229,8 +229,13 @@ parse_seconds (const char *key, const char *value, int min, int *out)
   long v;
 
   if (lg_parse_long (value, 10, min >= 0 ? min : LONG_MIN, 86400, &v) < 0) {
-    nbdkit_error ("%s: '%s' is not a number of seconds from %d to 86400", key,
-                  value, min < 0 ? 0 : min);
+    if (min < 0)
+      nbdkit_error ("%s: '%s' is not a number of seconds up to 86400 "
+                    "(negative: wait for ever)",
+                    key, value);
+    else
+      nbdkit_error ("%s: '%s' is not a number of seconds from %d to 86400", key,
+                    value, min);
     return -1;
   }
   /* min < 0: any negative number means for ever. */
