@@ -112,53 +112,6 @@ struct lg_session {
 static void connection_lost (struct lg_session *s, const char *why);
 static void wake (struct lg_session *s);
 
-/* ---- waiters ---- */
-
-void
-lg_waiter_init (struct lg_waiter *w, unsigned n)
-{
-  atomic_init (&w->pending, n);
-  sem_init (&w->sem, 0, 0);
-  w->fn = NULL;
-  w->opaque = NULL;
-}
-
-void
-lg_waiter_init_fn (struct lg_waiter *w, unsigned n, void (*fn) (void *),
-                   void *opaque)
-{
-  atomic_init (&w->pending, n);
-  w->fn = fn;
-  w->opaque = opaque;
-}
-
-void
-lg_waiter_destroy (struct lg_waiter *w)
-{
-  if (w->fn == NULL)
-    sem_destroy (&w->sem);
-}
-
-void
-lg_waiter_wait (struct lg_waiter *w)
-{
-  if (atomic_load (&w->pending) == 0)
-    return;
-  while (sem_wait (&w->sem) < 0 && errno == EINTR)
-    ;
-}
-
-void
-lg_waiter_done (struct lg_waiter *w)
-{
-  if (atomic_fetch_sub (&w->pending, 1) == 1) {
-    if (w->fn)
-      w->fn (w->opaque);
-    else
-      sem_post (&w->sem);
-  }
-}
-
 /* ---- login parameters ---- */
 
 int

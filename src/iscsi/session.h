@@ -51,9 +51,11 @@ void lg_login_clear (struct lg_login *l);
 /* A group of commands waited on together (one request split in chunks).
  * No mutex: the last completion posts a semaphore, so a completing loop
  * thread never holds a lock the woken caller must take (glibc's sem_post
- * is safe against the waiter destroying the semaphore at once). */
+ * is safe against the waiter destroying the semaphore at once, and
+ * lg_waiter_wait always returns through sem_wait: see waiter.c). */
 struct lg_waiter {
   atomic_uint pending;
+  bool none; /* expects no completion: wait returns at once */
   sem_t sem;
   void (*fn) (void *opaque); /* instead of the semaphore, when set */
   void *opaque;
