@@ -813,7 +813,6 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
 {
   struct idev *x = calloc (1, sizeof *x);
   const struct lg_lun_info *li;
-  uint64_t max_bytes;
 
   if (x == NULL) {
     snprintf (err, errlen, "out of memory");
@@ -837,13 +836,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   x->owns_pool = owns_pool;
   x->lun = lun;
   x->bs = li->block_size;
-  max_bytes = li->max_xfer_blocks ? (uint64_t) li->max_xfer_blocks * x->bs
-                                  : DEFAULT_MAX_XFER;
-  if (max_bytes > DEFAULT_MAX_XFER * 4)
-    max_bytes = DEFAULT_MAX_XFER * 4;
-  if (max_bytes < x->bs)
-    max_bytes = x->bs;
-  x->max_blocks = (uint32_t) (max_bytes / x->bs);
+  x->max_blocks = lg_iscsi_max_blocks (li);
   x->max_ws_blocks = li->max_ws_blocks && li->max_ws_blocks < UINT32_MAX
       ? (uint32_t) li->max_ws_blocks
       : DEFAULT_MAX_WS_BLOCKS;
@@ -884,6 +877,30 @@ err : {
   errno = saved;
 }
   return NULL;
+}
+
+uint32_t
+lg_iscsi_max_blocks (const struct lg_lun_info *li)
+{
+  uint64_t bs = li->block_size ? li->block_size : 512;
+  uint64_t max_bytes = li->max_xfer_blocks ? (uint64_t) li->max_xfer_blocks * bs
+                                           : DEFAULT_MAX_XFER;
+  uint64_t unit = li->phys_block_size > 4096 ? li->phys_block_size : 4096;
+
+  if (max_bytes > DEFAULT_MAX_XFER * 4)
+    max_bytes = DEFAULT_MAX_XFER * 4;
+  /* Whole units and physical blocks (both powers of two here; a unit
+   * that is not a multiple of the block size cannot be kept whole). */
+  if (unit % bs == 0 && max_bytes >= unit)
+    max_bytes -= max_bytes % unit;
+  else if (unit % bs == 0)
+    lg_warn ("LUN %d: its maximum transfer length (%" PRIu64 " bytes) is "
+             "less than %" PRIu64 " bytes: larger requests go out in several "
+             "commands",
+             li->lun, max_bytes, unit);
+  if (max_bytes < bs)
+    max_bytes = bs;
+  return (uint32_t) (max_bytes / bs);
 }
 
 const struct lg_lun_info *

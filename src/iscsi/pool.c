@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Session pool.  Opened and closed on one thread; lg_pool_submit is called
- * from any thread and only reads the immutable session array. */
+/* Session pool: sessions to one target, and the fence they share.
+ *
+ * Opened and closed on one thread; lg_pool_submit is called from any
+ * thread and only reads the immutable session array.  A write that
+ * overlaps a range whose earlier write has an unknown outcome waits here,
+ * on the submitting thread, before any session sees it (fence.h; the rule
+ * is at the top of recovery.c), for at most the outage budget. */
 #include <config.h>
 
 #include <errno.h>
@@ -8,12 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/fence.h"
 #include "iscsi/pool.h"
 #include "iscsi/sense.h"
 #include "util/log.h"
 
 struct lg_pool {
   unsigned n;
+  int budget_s;
+  struct lg_fence *fence;
   char portal[300];
   char target[256];
   struct lg_session *s[];
@@ -36,10 +44,17 @@ lg_pool_open (const struct lg_login *login, const char *portal,
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
+  p->budget_s = login->io_timeout;
+  p->fence = lg_fence_new ();
+  if (p->fence == NULL) {
+    free (p);
+    snprintf (err, errlen, "out of memory");
+    return NULL;
+  }
   snprintf (p->portal, sizeof p->portal, "%s", portal);
   snprintf (p->target, sizeof p->target, "%s", target);
   for (p->n = 0; p->n < n; p->n++) {
-    p->s[p->n] = lg_session_open (login, portal, target, err, errlen);
+    p->s[p->n] = lg_session_open (login, portal, target, p->fence, err, errlen);
     if (p->s[p->n] == NULL) {
       saved = errno;
       lg_pool_close (p);
@@ -57,6 +72,7 @@ lg_pool_close (struct lg_pool *p)
     return;
   for (unsigned i = 0; i < p->n; i++)
     lg_session_close (p->s[i]);
+  lg_fence_free (p->fence);
   free (p);
 }
 
@@ -113,23 +129,64 @@ lg_pool_lun_events (const struct lg_pool *p)
   return sum (p, lg_session_lun_events);
 }
 
+/* The least loaded session among those that are ready (logged in, not
+ * recovering), or among all when none is: a session that is down fails or
+ * holds what it gets, and must not take traffic from healthy ones.  The
+ * loads are read without a lock: a stale value only makes the balance
+ * slightly worse, never wrong. */
+static struct lg_session *
+choose (const struct lg_pool *p)
+{
+  struct lg_session *best = NULL;
+  unsigned best_load = 0;
+
+  for (int pass = 0; pass < 2 && best == NULL; pass++)
+    for (unsigned i = 0; i < p->n; i++) {
+      unsigned l;
+
+      if (pass == 0 && !lg_session_ready (p->s[i]))
+        continue;
+      l = lg_session_load (p->s[i]);
+      if (best == NULL || l < best_load) {
+        best = p->s[i];
+        best_load = l;
+        if (l == 0)
+          break;
+      }
+    }
+  return best;
+}
+
+/* A write waits while it overlaps a write of unknown outcome (fence.h). */
+static int
+fence_wait (struct lg_pool *p, struct lg_cmd *cmd)
+{
+  uint64_t lba, n;
+  int64_t deadline;
+
+  if (lg_fence_count (p->fence) == 0 || cmd->kind != LG_CMD_SCSI
+      || cmd->task == NULL || !lg_cdb_write_range (cmd->task->cdb, &lba, &n))
+    return 0;
+  cmd->first_ms = lg_mono_ms ();
+  deadline = p->budget_s < 0 ? -1 : cmd->first_ms + p->budget_s * 1000LL;
+  if (lg_fence_wait (p->fence, cmd->lun, lba, n, deadline, cmd->msg,
+                     sizeof cmd->msg)
+      == 0)
+    return 0;
+  lg_error ("%s: %s", p->target, cmd->msg);
+  return -1;
+}
+
 void
 lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd)
 {
-  struct lg_session *best = p->s[0];
-  unsigned best_load = lg_session_load (best);
-
-  /* The loads are read without a lock: a stale value only makes the
-   * balance slightly worse, never wrong. */
-  for (unsigned i = 1; i < p->n && best_load > 0; i++) {
-    unsigned l = lg_session_load (p->s[i]);
-
-    if (l < best_load) {
-      best = p->s[i];
-      best_load = l;
-    }
+  cmd->first_ms = 0;
+  if (fence_wait (p, cmd) < 0) {
+    cmd->status = SCSI_STATUS_ERROR;
+    lg_waiter_done (cmd->waiter);
+    return;
   }
-  lg_session_submit (best, cmd);
+  lg_session_submit (choose (p), cmd);
 }
 
 void

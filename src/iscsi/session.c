@@ -1,743 +1,36 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One iSCSI session and its event loop.
+/* One iSCSI session: its loop thread, open, close and submit.  The rest
+ * of a session is in login.c, cmds.c and recovery.c (session-int.h).
  *
  * Threads: lg_session_open / _close run on the caller's thread.  Connect
  * and login run on the session's loop thread before anyone else can see
- * the session.  After that the libiscsi context is shared under s->lock:
- * a submitting thread issues its command and writes it to the socket
- * itself (no hand-off, no wake-up of the loop thread), and the loop thread
- * polls the socket without the lock and takes it to read replies and run
- * the completion callbacks.  The lock is held only while libiscsi works
- * on memory or on a non-blocking socket, never across a round trip.  The
- * loop thread is woken (eventfd) only when it must poll for something new:
- * a socket too full to take a whole command, or a stop.
+ * the session, and again while it is down.  While it is up the libiscsi
+ * context is shared under s->lock: a submitting thread issues its command
+ * and writes it to the socket itself (no hand-off, no wake-up of the loop
+ * thread), and the loop thread polls the socket without the lock and takes
+ * it to read replies, run the completion callbacks, send keepalives and
+ * check timeouts.  The lock is held only while libiscsi works on memory or
+ * on a non-blocking socket, never across a round trip.  The loop thread is
+ * woken (eventfd) only when it must poll for something new: a socket too
+ * full to take a whole command, a BUSY retry, or a stop.
  *
- * Lock order: s->lock, then a waiter's lock (callbacks complete commands
- * with s->lock held).  Nothing else is taken under either.
+ * Lock order: s->lock, then the pool's fence lock (fence.h).  A waiter
+ * has no lock; a waiter's fn runs with s->lock held and must not submit.
  */
 #include <config.h>
 
 #include <errno.h>
-#include <inttypes.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
 
-#include "iscsi/sense.h"
-#include "iscsi/session.h"
+#include "iscsi/session-int.h"
 #include "util/log.h"
-#include "util/secret.h"
-
-/* A UNIT ATTENTION (power on, reset, parameters changed) is reported once
- * per I_T nexus and the command is not executed; reissue it a few times. */
-#define UA_RETRIES 4
-
-/* libiscsi checks its timeouts only inside iscsi_service: call it at least
- * this often. */
-#define SERVICE_INTERVAL_MS 1000
-
-/* A NOP-Out this often; this many unanswered and the connection is dead. */
-#define KEEPALIVE_MS 2000
-#define KEEPALIVE_MISSES 3
-
-/* A command without an answer for this long means a connection that is
- * alive but stuck: log in again (which aborts it on the target) and issue
- * it again, at most CMD_TIMEOUT_TRIES times before failing it. */
-#define CMD_TIMEOUT_S 30
-#define CMD_TIMEOUT_TRIES 3
-
-/* Between two reconnection attempts (jittered, doubling). */
-#define MIN_BACKOFF_MS 100
-#define MAX_BACKOFF_MS 5000
-
-enum phase {
-  PHASE_CONNECTING,
-  PHASE_LOGGING_IN,
-  PHASE_READY,
-  PHASE_FAILED,
-  PHASE_LOGGED_OUT,
-};
-
-struct lg_session {
-  struct iscsi_context *ctx; /* see the lock */
-  pthread_t thread;
-  int efd;                      /* eventfd: wakes the loop */
-  const struct lg_login *login; /* the caller's; outlives the session */
-  char portals[LG_MAX_PORTALS][300];
-  unsigned nportals;
-  unsigned cur;     /* loop thread: the portal in use or tried next */
-  char portal[300]; /* the portal in use (for messages) */
-  char target[256];
-  char initiator[256];
-  bool discovery;
-  int connect_timeout;
-  int budget_s; /* outage budget: > 0 seconds, 0 fail at once, < 0 never */
-  uint32_t isid_rnd, isid_qual;
-
-  /* Open handshake: the loop thread reports the login result. */
-  struct lg_waiter opened;
-  enum phase phase; /* loop thread; read by open after wait */
-  int open_errno;
-  char open_err[256];
-
-  /* Protects ctx while up, up, failing, the lists, dead_msg, nops. */
-  pthread_mutex_t lock;
-  atomic_bool stopping;
-  bool up;      /* logged in: commands go to ctx */
-  bool failing; /* down past the budget: commands fail at once */
-  bool broken;  /* libiscsi cancelled tasks: the connection is going */
-  char dead_msg[320];
-  struct lg_cmd *held, *held_tail;       /* waiting for a connection */
-  struct lg_cmd *delayed, *delayed_tail; /* BUSY / TASK SET FULL */
-  unsigned nops_pending;
-  int64_t last_keepalive;
-
-  /* Loop thread only: the reconnection schedule. */
-  int64_t down_since, next_attempt;
-  unsigned backoff_ms;
-  char last_err[256];
-  int64_t last_err_log;
-
-  atomic_uint load; /* submitted and not completed */
-  atomic_uint reconnects, retries, lun_events, timeouts;
-};
-
-static void connection_lost (struct lg_session *s, const char *why);
-static void wake (struct lg_session *s);
-
-/* ---- login parameters ---- */
-
-int
-lg_login_init (struct lg_login *l)
-{
-  char host[128] = "localhost";
-  char name[256];
-
-  memset (l, 0, sizeof *l);
-  if (gethostname (host, sizeof host - 1) != 0 || host[0] == '\0')
-    strcpy (host, "localhost");
-  host[sizeof host - 1] = '\0';
-  /* An IQN is lower case; host names are case-insensitive anyway. */
-  for (char *p = host; *p; p++)
-    if (*p >= 'A' && *p <= 'Z')
-      *p = (char) (*p - 'A' + 'a');
-  snprintf (name, sizeof name, "iqn.2026-11.org.lungate:%s", host);
-  l->initiator_name = strdup (name);
-  l->connect_timeout = LG_DEFAULT_CONNECT_TIMEOUT;
-  l->io_timeout = LG_DEFAULT_IO_TIMEOUT;
-  return l->initiator_name ? 0 : -1;
-}
-
-void
-lg_login_clear (struct lg_login *l)
-{
-  free (l->initiator_name);
-  free (l->user);
-  free (l->target_user);
-  lg_secret_free (l->secret);
-  lg_secret_free (l->target_secret);
-  memset (l, 0, sizeof *l);
-}
-
-static void
-wake (struct lg_session *s)
-{
-  uint64_t one = 1;
-
-  if (write (s->efd, &one, sizeof one) < 0 && errno != EAGAIN)
-    lg_error ("eventfd write: %m");
-}
-
-/* libiscsi's error text, fit for a log line: no trailing newline, and its
- * words for a connection that just closed replaced by what happened. */
-static const char *
-why_text (struct iscsi_context *ctx, char *buf, size_t len)
-{
-  const char *e = ctx ? iscsi_get_error (ctx) : NULL;
-  size_t n;
-
-  if (e == NULL || *e == '\0')
-    e = "unknown error";
-  if (strstr (e, "reconnect_if_loggedin") != NULL)
-    e = "the connection was closed (by the target or the network)";
-  snprintf (buf, len, "%s", e);
-  n = strlen (buf);
-  while (n > 0
-         && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '.'))
-    buf[--n] = '\0';
-  return buf;
-}
-
-/* ---- command lists (s->lock held) ---- */
-
-static int64_t
-now_ms (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-list_push (struct lg_cmd **head, struct lg_cmd **tail, struct lg_cmd *cmd)
-{
-  cmd->next = NULL;
-  if (*tail)
-    (*tail)->next = cmd;
-  else
-    *head = cmd;
-  *tail = cmd;
-}
-
-/* Makes a task that was cancelled or answered BUSY new again: libiscsi
- * gives it a new ITT and CmdSN when it is issued; the data buffers are the
- * caller's and are sent (or filled) again from their start.  A write keeps
- * its exact bytes, so a crypt-layer unit goes out with its original nonce
- * and tag. */
-static void
-reset_task (struct lg_cmd *cmd)
-{
-  struct scsi_task *t = cmd->task;
-
-  t->status = 0;
-  t->residual = 0;
-  t->residual_status = SCSI_RESIDUAL_NO_RESIDUAL;
-  memset (&t->sense, 0, sizeof t->sense);
-  /* libiscsi's own data-in (sense bytes, small replies): freed as
-   * scsi_free_scsi_task would, with free. */
-  free (t->datain.data);
-  t->datain.data = NULL;
-  t->datain.size = 0;
-  t->iovector_in.offset = 0;
-  t->iovector_in.consumed = 0;
-  t->iovector_out.offset = 0;
-  t->iovector_out.consumed = 0;
-}
-
-/* ---- completion (loop thread, or a submitter; s->lock held) ---- */
-
-static void
-complete (struct lg_session *s, struct lg_cmd *cmd)
-{
-  atomic_fetch_sub (&s->load, 1);
-  lg_waiter_done (cmd->waiter);
-}
-
-static void issue (struct lg_session *s, struct lg_cmd *cmd);
-
-static void
-fail_cmd (struct lg_session *s, struct lg_cmd *cmd, const char *msg)
-{
-  cmd->status = SCSI_STATUS_ERROR;
-  snprintf (cmd->msg, sizeof cmd->msg, "%s", msg);
-  complete (s, cmd);
-}
-
-/* Keeps a command until the session is back. */
-static void
-hold (struct lg_session *s, struct lg_cmd *cmd)
-{
-  list_push (&s->held, &s->held_tail, cmd);
-}
-
-/* Fails every command waiting for the connection or for a retry. */
-static void
-fail_waiting (struct lg_session *s)
-{
-  struct lg_cmd *lists[2] = { s->held, s->delayed };
-
-  s->held = s->held_tail = NULL;
-  s->delayed = s->delayed_tail = NULL;
-  for (int i = 0; i < 2; i++)
-    while (lists[i]) {
-      struct lg_cmd *c = lists[i];
-
-      lists[i] = c->next;
-      fail_cmd (s, c, s->dead_msg);
-    }
-}
-
-/* How long a BUSY or TASK SET FULL command may keep being retried. */
-static bool
-may_retry (const struct lg_session *s, const struct lg_cmd *cmd, int64_t now)
-{
-  if (s->budget_s < 0)
-    return true;
-  return now - cmd->first_ms < (int64_t) (s->budget_s ? s->budget_s : 1) * 1000;
-}
-
-/* -v -v (or nbdkit -D lungate.verbose=1): one line per completed
- * command, with the LUN, the LBA range and the status. */
-static void
-trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
-{
-  const uint8_t *c;
-  char range[64] = "";
-
-  if (lg_log_get_level () < LG_LOG_DEBUG || cmd->task == NULL)
-    return;
-  c = cmd->task->cdb;
-  /* The 16-byte CDBs with an LBA and a block count. */
-  if (c[0] == 0x88 || c[0] == 0x8a || c[0] == 0x93 || c[0] == 0x91) {
-    uint64_t lba = 0;
-    uint32_t n = 0;
-
-    for (int i = 2; i < 10; i++)
-      lba = lba << 8 | c[i];
-    for (int i = 10; i < 14; i++)
-      n = n << 8 | c[i];
-    snprintf (range, sizeof range, " LBA %" PRIu64 "+%" PRIu32, lba, n);
-  }
-  lg_debug ("%s/%d: %s%s: %s%s", s->target, cmd->lun, lg_scsi_opname (c[0]),
-            range,
-            status == SCSI_STATUS_GOOD                  ? "GOOD"
-                : status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION "
-                : status == SCSI_STATUS_CANCELLED       ? "cancelled"
-                : status == SCSI_STATUS_TIMEOUT         ? "timed out"
-                : status == SCSI_STATUS_BUSY            ? "BUSY"
-                : status == SCSI_STATUS_TASK_SET_FULL   ? "TASK SET FULL"
-                                                        : "failed",
-            status == SCSI_STATUS_CHECK_CONDITION
-                ? scsi_sense_ascq_str (cmd->task->sense.ascq)
-                : "");
-}
-
-static void
-scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
-         void *private_data)
-{
-  struct lg_cmd *cmd = private_data;
-  struct lg_session *s = cmd->session;
-  int64_t now;
-
-  (void) command_data;
-  /* The connection went away under this command: connection_lost cancels
-   * every task, and so does libiscsi itself when the socket fails (then
-   * iscsi_service returns and connection_lost follows; s->broken makes
-   * sure of it).  Keep the command for the next connection. */
-  if (status == SCSI_STATUS_TIMEOUT)
-    atomic_fetch_add (&s->timeouts, 1);
-  trace (s, cmd, status);
-  if (status == SCSI_STATUS_TIMEOUT && !s->discovery
-      && ++cmd->timeouts < CMD_TIMEOUT_TRIES) {
-    lg_warn ("%s: LUN %d: no answer to a command for %d s", s->target, cmd->lun,
-             CMD_TIMEOUT_S);
-    status = SCSI_STATUS_CANCELLED;
-  }
-  if (!s->discovery
-      && (status == SCSI_STATUS_CANCELLED
-          || (!s->up && status != SCSI_STATUS_GOOD
-              && status != SCSI_STATUS_CHECK_CONDITION
-              && status != SCSI_STATUS_CONDITION_MET))) {
-    reset_task (cmd);
-    if (s->up)
-      s->broken = true;
-    if (s->failing)
-      fail_cmd (s, cmd, s->dead_msg);
-    else
-      hold (s, cmd);
-    return;
-  }
-  cmd->status = status;
-  if (status == SCSI_STATUS_CHECK_CONDITION) {
-    cmd->sense = cmd->task->sense;
-    /* A UNIT ATTENTION (reset, I_T nexus loss after a reconnect,
-     * parameters or capacity changed, LUN inventory changed) is reported
-     * once per nexus and the command was not executed: issue it again.
-     * A changed medium is not transient: the data may not be what the
-     * client had, so that fails. */
-    if (cmd->sense.key == SCSI_SENSE_UNIT_ATTENTION
-        && (cmd->sense.ascq >> 8) != 0x28 && cmd->retries++ < UA_RETRIES) {
-      /* Reset, capacity changed, LUN inventory changed: the LUN may not
-       * be what it was (dev/iscsi.c checks it again). */
-      if ((cmd->sense.ascq >> 8) == 0x29
-          || cmd->sense.ascq == SCSI_SENSE_ASCQ_CAPACITY_DATA_HAS_CHANGED
-          || cmd->sense.ascq == 0x3f0e)
-        atomic_fetch_add (&s->lun_events, 1);
-      lg_debug ("%s: LUN %d: unit attention (%s), reissuing", s->target,
-                cmd->lun, scsi_sense_ascq_str (cmd->sense.ascq));
-      reset_task (cmd);
-      issue (s, cmd);
-      return;
-    }
-  }
-  else if ((status == SCSI_STATUS_BUSY || status == SCSI_STATUS_TASK_SET_FULL)
-           && may_retry (s, cmd, now = now_ms ())) {
-    /* Capped, jittered backoff: 1, 2, 4 ... 256 ms, then 256-512 ms. */
-    unsigned shift = cmd->retries < 8 ? cmd->retries : 8;
-    unsigned base = 1u << shift;
-
-    cmd->retries++;
-    atomic_fetch_add (&s->retries, 1);
-    lg_debug ("%s: LUN %d: %s, retrying in about %u ms", s->target, cmd->lun,
-              status == SCSI_STATUS_BUSY ? "BUSY" : "TASK SET FULL", base);
-    reset_task (cmd);
-    cmd->due_ms = now + base + (int64_t) randombytes_uniform (base);
-    list_push (&s->delayed, &s->delayed_tail, cmd);
-    wake (s);
-    return;
-  }
-  else if (status != SCSI_STATUS_GOOD && status != SCSI_STATUS_CONDITION_MET)
-    snprintf (cmd->msg, sizeof cmd->msg, "%s",
-              s->up ? iscsi_get_error (ctx) : s->dead_msg);
-  complete (s, cmd);
-}
-
-static void
-discovery_cb (struct iscsi_context *ctx, int status, void *command_data,
-              void *private_data)
-{
-  struct lg_cmd *cmd = private_data;
-
-  cmd->status = status;
-  if (status == SCSI_STATUS_GOOD) {
-    cmd->targets = lg_targets_copy (command_data);
-    if (cmd->targets == NULL) {
-      cmd->status = SCSI_STATUS_ERROR;
-      snprintf (cmd->msg, sizeof cmd->msg, "out of memory");
-    }
-  }
-  else
-    snprintf (cmd->msg, sizeof cmd->msg, "%s", iscsi_get_error (ctx));
-  complete (cmd->session, cmd);
-}
-
-static void
-issue (struct lg_session *s, struct lg_cmd *cmd)
-{
-  int r;
-
-  if (!s->up) {
-    if (s->failing)
-      fail_cmd (s, cmd, s->dead_msg);
-    else
-      hold (s, cmd);
-    return;
-  }
-  switch (cmd->kind) {
-  case LG_CMD_SCSI:
-    if (cmd->iov.iov_base != NULL) {
-      if (cmd->task->xfer_dir == SCSI_XFER_WRITE)
-        scsi_task_set_iov_out (cmd->task, &cmd->iov, 1);
-      else
-        scsi_task_set_iov_in (cmd->task, &cmd->iov, 1);
-    }
-    r = iscsi_scsi_command_async (s->ctx, cmd->lun, cmd->task, scsi_cb, NULL,
-                                  cmd);
-    break;
-  case LG_CMD_DISCOVERY:
-    r = iscsi_discovery_async (s->ctx, discovery_cb, cmd);
-    break;
-  default:
-    r = -1;
-  }
-  if (r != 0)
-    fail_cmd (s, cmd, iscsi_get_error (s->ctx));
-}
-
-/* Sends what libiscsi has queued, on this thread (the socket is
- * non-blocking).  Returns true when some is left for the loop thread. */
-static bool
-flush_out (struct lg_session *s)
-{
-  if (!s->up || !(iscsi_which_events (s->ctx) & POLLOUT))
-    return false;
-  if (iscsi_service (s->ctx, POLLOUT) < 0 || s->broken) {
-    {
-      char why[256];
-
-      connection_lost (s, why_text (s->ctx, why, sizeof why));
-    }
-    return true;
-  }
-  return (iscsi_which_events (s->ctx) & POLLOUT) != 0;
-}
-
-/* The connection is gone (s->lock held, any thread): every command on it
- * is kept for the next one, unless the outage budget is 0. */
-static void
-connection_lost (struct lg_session *s, const char *why)
-{
-  if (!s->up)
-    return;
-  snprintf (s->dead_msg, sizeof s->dead_msg, "%s: connection lost: %s",
-            s->portal, why);
-  s->up = false;
-  s->broken = false;
-  s->down_since = now_ms ();
-  s->next_attempt = s->down_since;
-  s->backoff_ms = 0;
-  if (s->discovery || s->budget_s == 0)
-    s->failing = true;
-  lg_warn ("%s: %s%s", s->target[0] ? s->target : "discovery", s->dead_msg,
-           s->failing ? "" : "; reconnecting");
-  iscsi_scsi_cancel_all_tasks (s->ctx);
-  if (s->failing)
-    fail_waiting (s);
-  /* The loop thread, which polls this context's socket, destroys it. */
-  wake (s);
-}
-
-/* ---- connect and login (loop thread) ---- */
-
-/* Turns libiscsi's text into an errno and a sentence a person reads. */
-static void
-set_open_error (struct lg_session *s, const char *what, const char *libmsg)
-{
-  const char *st = strstr (libmsg, "Status: ");
-  const char *paren = st ? strrchr (st, '(') : NULL;
-  int code = paren ? atoi (paren + 1) : -1;
-  const char *t = s->target[0] ? s->target : "discovery session";
-
-  s->phase = PHASE_FAILED;
-  if (strstr (libmsg, "CHAP_R") != NULL) {
-    s->open_errno = EACCES;
-    snprintf (s->open_err, sizeof s->open_err,
-              "%s: %s: mutual CHAP authentication failed: the target did "
-              "not prove it knows the target secret (wrong --target-user or "
-              "target secret?)",
-              s->portal, t);
-  }
-  else if (code == 0x0201) {
-    s->open_errno = EACCES;
-    snprintf (s->open_err, sizeof s->open_err,
-              "%s: %s: authentication failed (wrong CHAP user or secret?)",
-              s->portal, t);
-  }
-  else if (code == 0x0202) {
-    s->open_errno = EPERM;
-    snprintf (s->open_err, sizeof s->open_err,
-              "%s: %s: not authorized: the target's ACL does not allow "
-              "this initiator",
-              s->portal, t);
-  }
-  else if (code == 0x0203 || code == 0x0204) {
-    /* Targets (tgt among them) answer an initiator their ACL refuses as
-     * if the target did not exist: say both. */
-    s->open_errno = ENOENT;
-    snprintf (s->open_err, sizeof s->open_err,
-              "%s: %s: target not found, or not authorized: its ACL does "
-              "not admit initiator %s",
-              s->portal, t, s->initiator);
-  }
-  else if (strstr (libmsg, "refused")) {
-    s->open_errno = ECONNREFUSED;
-    snprintf (s->open_err, sizeof s->open_err,
-              "%s: cannot connect: Connection refused", s->portal);
-  }
-  else {
-    s->open_errno = strstr (what, "connect") ? ECONNREFUSED : EIO;
-    snprintf (s->open_err, sizeof s->open_err, "%s: %s: %s: %s", s->portal, t,
-              what, libmsg);
-  }
-}
-
-static void
-login_cb (struct iscsi_context *ctx, int status, void *command_data,
-          void *private_data)
-{
-  struct lg_session *s = private_data;
-
-  (void) command_data;
-  if (status != SCSI_STATUS_GOOD)
-    set_open_error (s, "login failed", iscsi_get_error (ctx));
-  else
-    s->phase = PHASE_READY;
-}
-
-static void
-connect_cb (struct iscsi_context *ctx, int status, void *command_data,
-            void *private_data)
-{
-  struct lg_session *s = private_data;
-
-  (void) command_data;
-  if (status != SCSI_STATUS_GOOD) {
-    set_open_error (s, "cannot connect", iscsi_get_error (ctx));
-    return;
-  }
-  s->phase = PHASE_LOGGING_IN;
-  if (iscsi_login_async (ctx, login_cb, s) != 0)
-    set_open_error (s, "login failed", iscsi_get_error (ctx));
-}
-
-/* Services the context once, waiting at most timeout_ms.  Returns -1 when
- * libiscsi reports the connection broken. */
-static int
-service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
-{
-  struct pollfd pfd[2];
-  int64_t now;
-  int r;
-
-  pfd[0].fd = iscsi_get_fd (s->ctx);
-  pfd[0].events = (short) iscsi_which_events (s->ctx);
-  pfd[0].revents = 0;
-  pfd[1].fd = s->efd;
-  pfd[1].events = POLLIN;
-  pfd[1].revents = 0;
-  r = poll (pfd, 2, timeout_ms);
-  if (r < 0 && errno != EINTR) {
-    lg_error ("%s: poll: %m", s->portal);
-    return -1;
-  }
-  if (pfd[1].revents & POLLIN) {
-    uint64_t v;
-
-    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
-      lg_debug ("eventfd read: %m");
-  }
-  now = now_ms ();
-  if (pfd[0].revents == 0 && now - *last_service < SERVICE_INTERVAL_MS)
-    return 0;
-  *last_service = now;
-  return iscsi_service (s->ctx, pfd[0].revents) < 0 ? -1 : 0;
-}
-
-static void
-libiscsi_log (int level, const char *msg)
-{
-  (void) level;
-  lg_debug ("libiscsi: %s", msg);
-}
-
-/* A new context for this session, with the same initiator name and ISID
- * every time, so that logging in again reinstates the session: the target
- * drops the old connection and aborts its tasks, and a write stuck there
- * can never land after a newer one. */
-static struct iscsi_context *
-make_context (struct lg_session *s, char *err, size_t errlen)
-{
-  const struct lg_login *login = s->login;
-  struct iscsi_context *ctx = iscsi_create_context (login->initiator_name);
-
-  if (ctx == NULL) {
-    snprintf (err, errlen, "cannot create an iSCSI context");
-    return NULL;
-  }
-  iscsi_set_isid_random (ctx, s->isid_rnd, s->isid_qual);
-  /* Reconnection is ours to do (and to bound); libiscsi's would re-send
-   * queued commands behind our back. */
-  iscsi_set_noautoreconnect (ctx, 1);
-  iscsi_set_timeout (ctx, CMD_TIMEOUT_S);
-  /* libiscsi's own messages go to our log, at debug level. */
-  if (lg_log_get_level () >= LG_LOG_DEBUG) {
-    iscsi_set_log_fn (ctx, libiscsi_log);
-    iscsi_set_log_level (ctx, 2);
-  }
-  /* Reuse libiscsi's small allocations (PDUs, tasks' buffers) instead of
-   * a malloc and free per command. */
-  iscsi_set_cache_allocations (ctx, 1);
-  iscsi_set_header_digest (ctx,
-                           login->header_digest ? ISCSI_HEADER_DIGEST_CRC32C
-                                                : ISCSI_HEADER_DIGEST_NONE);
-  if (!s->discovery) {
-    iscsi_set_session_type (ctx, ISCSI_SESSION_NORMAL);
-    iscsi_set_targetname (ctx, s->target);
-  }
-  else
-    iscsi_set_session_type (ctx, ISCSI_SESSION_DISCOVERY);
-  /* XXX: libiscsi keeps its own (malloc'd) copy of the secrets. */
-  if (login->user && login->secret
-      && iscsi_set_initiator_username_pwd (ctx, login->user, login->secret)
-          != 0) {
-    snprintf (err, errlen, "CHAP: %s", iscsi_get_error (ctx));
-    iscsi_destroy_context (ctx);
-    return NULL;
-  }
-  if (login->target_user && login->target_secret
-      && iscsi_set_target_username_pwd (ctx, login->target_user,
-                                        login->target_secret)
-          != 0) {
-    snprintf (err, errlen, "mutual CHAP: %s", iscsi_get_error (ctx));
-    iscsi_destroy_context (ctx);
-    return NULL;
-  }
-  return ctx;
-}
-
-/* Connects s->ctx to s->portal and logs in, giving up at deadline (or when
- * the session is closed). */
-static int
-connect_and_login (struct lg_session *s, int64_t deadline, int timeout_s)
-{
-  int64_t last = 0;
-
-  s->phase = PHASE_CONNECTING;
-  if (iscsi_connect_async (s->ctx, s->portal, connect_cb, s) != 0) {
-    set_open_error (s, "cannot connect", iscsi_get_error (s->ctx));
-    return -1;
-  }
-  while (s->phase == PHASE_CONNECTING || s->phase == PHASE_LOGGING_IN) {
-    int64_t left = deadline - now_ms ();
-
-    if (atomic_load (&s->stopping)) {
-      s->phase = PHASE_FAILED;
-      s->open_errno = ECANCELED;
-      snprintf (s->open_err, sizeof s->open_err, "%s: closed", s->portal);
-      return -1;
-    }
-    if (left <= 0) {
-      snprintf (s->open_err, sizeof s->open_err, "%s: %s: timed out after %d s",
-                s->portal,
-                s->phase == PHASE_CONNECTING ? "cannot connect"
-                                             : "no answer to login",
-                timeout_s);
-      s->phase = PHASE_FAILED;
-      s->open_errno = ETIMEDOUT;
-      return -1;
-    }
-    if (service_once (s, left < 200 ? (int) left : 200, &last) < 0
-        && s->phase != PHASE_FAILED) {
-      char why[256];
-
-      set_open_error (s, "connection lost during login",
-                      why_text (s->ctx, why, sizeof why));
-    }
-  }
-  return s->phase == PHASE_READY ? 0 : -1;
-}
-
-/* Tries each portal in turn, from s->cur, once.  Loop thread; s->ctx is
- * its own (the session is down or not yet open).  On success s->ctx is the
- * logged-in context and s->portal its portal. */
-static int
-connect_any (struct lg_session *s, int64_t limit_ms)
-{
-  for (unsigned k = 0; k < s->nportals; k++) {
-    unsigned i = (s->cur + k) % s->nportals;
-    int64_t t = (int64_t) s->connect_timeout * 1000;
-    char err[256];
-
-    if (limit_ms >= 0 && limit_ms < t)
-      t = limit_ms < 1000 ? 1000 : limit_ms;
-    snprintf (s->portal, sizeof s->portal, "%s", s->portals[i]);
-    s->ctx = make_context (s, err, sizeof err);
-    if (s->ctx == NULL) {
-      s->phase = PHASE_FAILED;
-      s->open_errno = ENOMEM;
-      snprintf (s->open_err, sizeof s->open_err, "%s", err);
-      return -1;
-    }
-    if (connect_and_login (s, now_ms () + t, (int) ((t + 999) / 1000)) == 0) {
-      s->cur = i;
-      return 0;
-    }
-    iscsi_destroy_context (s->ctx);
-    s->ctx = NULL;
-    if (atomic_load (&s->stopping))
-      break;
-  }
-  return -1;
-}
 
 /* ---- the loop ---- */
 
@@ -780,12 +73,12 @@ keepalive (struct lg_session *s, int64_t now)
 
     snprintf (why, sizeof why, "no answer to keepalive for %d s",
               KEEPALIVE_MS * KEEPALIVE_MISSES / 1000);
-    connection_lost (s, why);
+    lg_s_connection_lost (s, why);
     return;
   }
   if (iscsi_nop_out_async (s->ctx, nop_cb, NULL, 0, s) == 0) {
     s->nops_pending++;
-    flush_out (s);
+    lg_s_flush_out (s);
   }
 }
 
@@ -802,9 +95,9 @@ run_delayed (struct lg_session *s, int64_t now)
     struct lg_cmd *n = c->next;
 
     if (c->due_ms <= now)
-      issue (s, c);
+      lg_s_issue (s, c);
     else {
-      list_push (&keep, &keep_tail, c);
+      lg_s_push (&keep, &keep_tail, c);
       if (next < 0 || c->due_ms - now < next)
         next = c->due_ms - now;
     }
@@ -814,7 +107,7 @@ run_delayed (struct lg_session *s, int64_t now)
    * kept list is the whole list. */
   s->delayed = keep;
   s->delayed_tail = keep_tail;
-  flush_out (s);
+  lg_s_flush_out (s);
   return next;
 }
 
@@ -830,7 +123,7 @@ loop_up (struct lg_session *s, int64_t *last)
   pthread_mutex_lock (&s->lock);
   pfd[0].fd = iscsi_get_fd (s->ctx);
   pfd[0].events = (short) iscsi_which_events (s->ctx);
-  next = s->delayed ? run_delayed (s, now_ms ()) : -1;
+  next = s->delayed ? run_delayed (s, lg_mono_ms ()) : -1;
   pthread_mutex_unlock (&s->lock);
   if (next >= 0 && next < timeout)
     timeout = (int) next;
@@ -848,7 +141,7 @@ loop_up (struct lg_session *s, int64_t *last)
     if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
       lg_debug ("eventfd read: %m");
   }
-  now = now_ms ();
+  now = lg_mono_ms ();
   pthread_mutex_lock (&s->lock);
   /* A submitter may have found the connection dead meanwhile. */
   if (s->up && (pfd[0].revents != 0 || now - *last >= SERVICE_INTERVAL_MS)) {
@@ -856,11 +149,20 @@ loop_up (struct lg_session *s, int64_t *last)
     if (iscsi_service (s->ctx, pfd[0].revents) < 0 || s->broken) {
       char why[256];
 
-      connection_lost (s, why_text (s->ctx, why, sizeof why));
+      lg_s_connection_lost (s, lg_s_why (s->ctx, why, sizeof why));
     }
   }
   if (s->up)
     keepalive (s, now);
+  if (s->up && now - s->last_scan >= SERVICE_INTERVAL_MS) {
+    s->last_scan = now;
+    lg_s_scan (s, now);
+    if (s->up && s->broken)
+      lg_s_connection_lost (s,
+                            "the target did not answer a task "
+                            "management function as asked");
+    lg_s_flush_out (s);
+  }
   pthread_mutex_unlock (&s->lock);
 }
 
@@ -890,9 +192,7 @@ nap (struct lg_session *s, int64_t ms)
 static void
 loop_down (struct lg_session *s)
 {
-  int64_t now = now_ms (), limit = -1;
-  unsigned n = 0;
-
+  int64_t now = lg_mono_ms (), limit = -1;
   pthread_mutex_lock (&s->lock);
   if (s->ctx) {
     iscsi_destroy_context (s->ctx);
@@ -908,8 +208,10 @@ loop_down (struct lg_session *s)
               s->budget_s, why);
     lg_error ("%s; failing requests until it is back", s->dead_msg);
     s->failing = true;
-    fail_waiting (s);
+    lg_s_set_ready (s);
+    lg_s_fail_waiting (s);
   }
+  lg_s_scan (s, now);
   if (!s->failing && s->budget_s > 0)
     limit = s->down_since + (int64_t) s->budget_s * 1000 - now;
   pthread_mutex_unlock (&s->lock);
@@ -924,7 +226,7 @@ loop_down (struct lg_session *s)
     return;
   }
 
-  if (connect_any (s, limit) < 0) {
+  if (lg_s_connect_any (s, limit) < 0) {
     if (s->open_errno == ECANCELED)
       return;
     /* Say it when it changes, and every 30 s: a wrong secret on a
@@ -939,7 +241,7 @@ loop_down (struct lg_session *s)
     s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : MIN_BACKOFF_MS;
     if (s->backoff_ms > MAX_BACKOFF_MS)
       s->backoff_ms = MAX_BACKOFF_MS;
-    s->next_attempt = now_ms () + s->backoff_ms / 2
+    s->next_attempt = lg_mono_ms () + s->backoff_ms / 2
         + (int64_t) randombytes_uniform (s->backoff_ms / 2 + 1);
     return;
   }
@@ -948,41 +250,29 @@ loop_down (struct lg_session *s)
   s->up = true;
   s->failing = false;
   s->nops_pending = 0;
-  s->last_keepalive = now_ms ();
+  s->up_since = s->last_keepalive = lg_mono_ms ();
   s->last_err[0] = '\0';
   atomic_fetch_add (&s->reconnects, 1);
-  {
-    struct lg_cmd *c = s->held;
-
-    s->held = s->held_tail = NULL;
-    while (c) {
-      struct lg_cmd *next = c->next;
-
-      issue (s, c);
-      n++;
-      c = next;
-    }
-  }
-  flush_out (s);
+  lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
+           (double) (lg_mono_ms () - s->down_since) / 1000.0);
+  lg_s_recover (s);
   pthread_mutex_unlock (&s->lock);
-  lg_warn ("%s: logged in again at %s after %.1f s; %u commands reissued",
-           s->target, s->portal, (double) (now_ms () - s->down_since) / 1000.0,
-           n);
 }
 
 static void *
 loop (void *arg)
 {
   struct lg_session *s = arg;
-  int64_t last = now_ms ();
+  int64_t last = lg_mono_ms ();
 
-  if (connect_any (s, -1) < 0) {
+  if (lg_s_connect_any (s, -1) < 0) {
     lg_waiter_done (&s->opened);
     return NULL;
   }
   pthread_mutex_lock (&s->lock);
   s->up = true;
-  s->last_keepalive = now_ms ();
+  s->up_since = s->last_keepalive = lg_mono_ms ();
+  lg_s_set_ready (s);
   pthread_mutex_unlock (&s->lock);
   lg_waiter_done (&s->opened);
 
@@ -1001,10 +291,10 @@ loop (void *arg)
   /* Log out politely, bounded: the target frees the session at once.  No
    * submitter is left (close requires it), so the lock is not needed. */
   if (s->up && iscsi_logout_async (s->ctx, logout_cb, s) == 0) {
-    int64_t deadline = now_ms () + 2000;
+    int64_t deadline = lg_mono_ms () + 2000;
 
-    while (s->phase != PHASE_LOGGED_OUT && now_ms () < deadline)
-      if (service_once (s, 100, &last) < 0)
+    while (s->phase != PHASE_LOGGED_OUT && lg_mono_ms () < deadline)
+      if (lg_s_service_once (s, 100, &last) < 0)
         break;
   }
   return NULL;
@@ -1014,7 +304,8 @@ loop (void *arg)
 
 struct lg_session *
 lg_session_open (const struct lg_login *login, const char *portal,
-                 const char *target, char *err, size_t errlen)
+                 const char *target, struct lg_fence *fence, char *err,
+                 size_t errlen)
 {
   struct lg_session *s;
   int saved;
@@ -1026,6 +317,16 @@ lg_session_open (const struct lg_login *login, const char *portal,
   }
   s->efd = -1;
   s->login = login;
+  s->fence = fence;
+  if (fence == NULL) {
+    s->fence = lg_fence_new ();
+    s->own_fence = true;
+    if (s->fence == NULL) {
+      snprintf (err, errlen, "out of memory");
+      free (s);
+      return NULL;
+    }
+  }
   /* portal: one or more, separated by spaces. */
   for (const char *p = portal; *p && s->nportals < LG_MAX_PORTALS;) {
     size_t len = strcspn (p, " ");
@@ -1039,6 +340,8 @@ lg_session_open (const struct lg_login *login, const char *portal,
   }
   if (s->nportals == 0) {
     snprintf (err, errlen, "no portal");
+    if (s->own_fence)
+      lg_fence_free (s->fence);
     free (s);
     errno = EINVAL;
     return NULL;
@@ -1092,6 +395,8 @@ err:
     close (s->efd);
   lg_waiter_destroy (&s->opened);
   pthread_mutex_destroy (&s->lock);
+  if (s->own_fence)
+    lg_fence_free (s->fence);
   free (s);
   errno = saved;
   return NULL;
@@ -1103,21 +408,27 @@ lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
   bool need_wake;
 
   cmd->session = s;
-  cmd->next = NULL;
+  cmd->next = cmd->prev = NULL;
+  cmd->doubt = NULL;
+  cmd->tmf = NULL;
+  cmd->state = CMD_IDLE;
+  cmd->confirmed = cmd->expired = false;
   cmd->retries = 0;
-  cmd->timeouts = 0;
-  cmd->first_ms = now_ms ();
+  cmd->trouble_ms = 0;
+  /* The pool may have set it before it waited at the fence. */
+  if (cmd->first_ms == 0)
+    cmd->first_ms = lg_mono_ms ();
   cmd->status = SCSI_STATUS_GOOD;
   cmd->msg[0] = '\0';
   atomic_fetch_add (&s->load, 1);
   pthread_mutex_lock (&s->lock);
-  issue (s, cmd);
+  lg_s_issue (s, cmd);
   /* Write it now, on this thread: what does not fit is left for the loop
    * thread, which must then poll for POLLOUT. */
-  need_wake = flush_out (s);
+  need_wake = lg_s_flush_out (s);
   pthread_mutex_unlock (&s->lock);
   if (need_wake)
-    wake (s);
+    lg_s_wake (s);
 }
 
 struct lg_target_list *
@@ -1127,7 +438,7 @@ lg_discover (const struct lg_login *login, const char *portal, char *err,
   struct lg_session *s;
   struct lg_cmd cmd;
 
-  s = lg_session_open (login, portal, NULL, err, errlen);
+  s = lg_session_open (login, portal, NULL, NULL, err, errlen);
   if (s == NULL)
     return NULL;
   memset (&cmd, 0, sizeof cmd);
@@ -1171,6 +482,12 @@ lg_session_load (const struct lg_session *s)
   return atomic_load (&s->load);
 }
 
+bool
+lg_session_ready (const struct lg_session *s)
+{
+  return atomic_load (&s->ready);
+}
+
 unsigned
 lg_session_reconnects (const struct lg_session *s)
 {
@@ -1201,16 +518,22 @@ lg_session_close (struct lg_session *s)
   if (s == NULL)
     return;
   atomic_store (&s->stopping, true);
-  wake (s);
+  lg_s_wake (s);
   pthread_join (s->thread, NULL);
-  /* Nothing may be pending (see session.h); whatever a failed close left
-   * waiting fails rather than leaks. */
+  /* Nothing should be pending (see session.h); whatever is fails rather
+   * than leaks, and a write among it stays fenced. */
   pthread_mutex_lock (&s->lock);
   snprintf (s->dead_msg, sizeof s->dead_msg, "%s: session closed", s->portal);
-  fail_waiting (s);
+  s->failing = true;
+  if (s->ctx && (s->inflight || s->tmfs))
+    lg_s_connection_lost (s, "session closed");
+  lg_s_fail_waiting (s);
+  lg_s_drop_doubts (s);
   pthread_mutex_unlock (&s->lock);
   if (s->ctx)
     iscsi_destroy_context (s->ctx);
+  if (s->own_fence)
+    lg_fence_free (s->fence);
   close (s->efd);
   lg_waiter_destroy (&s->opened);
   pthread_mutex_destroy (&s->lock);

@@ -79,6 +79,9 @@ enum lg_cmd_kind {
 };
 
 struct lg_target_list;
+struct lg_doubt;
+struct lg_fence;
+struct tmf;
 
 struct lg_cmd {
   /* Set by the caller. */
@@ -94,11 +97,17 @@ struct lg_cmd {
   char msg[160];                  /* libiscsi's text for transport failures */
   struct lg_target_list *targets; /* LG_CMD_DISCOVERY result */
 
-  /* Private to the session. */
-  struct lg_cmd *next;
+  /* Private to the session (its lock). */
+  struct lg_cmd *next, *prev;
   struct lg_session *session;
-  unsigned retries, timeouts;
-  int64_t first_ms, due_ms;
+  struct lg_doubt *doubt; /* while its outcome is unknown (fence.h) */
+  struct tmf *tmf;        /* the ABORT TASK sent for it */
+  int state;              /* session-int.h */
+  bool confirmed;         /* cancelled: the target said it is gone */
+  bool expired;           /* cancelled: past the outage budget */
+  unsigned retries;
+  int64_t first_ms, due_ms, issued_ms;
+  int64_t trouble_ms; /* since when it waits for an outcome, or 0 */
 };
 
 struct lg_session;
@@ -108,16 +117,18 @@ struct lg_session;
 /* Connects and logs in to target (NULL: a discovery session) at portal
  * ("host:port", or several separated by spaces: paths to the same target,
  * tried in turn), within login->connect_timeout.  login must outlive the
- * session (it logs in again with it after a connection is lost: same
- * initiator name and ISID, so the target reinstates the session and
- * aborts the dead connection's tasks; then the commands that were in
- * flight are issued again, in order, with their buffers untouched).  On failure returns NULL
- * with errno set (ECONNREFUSED, ETIMEDOUT, EACCES for a failed
- * authentication, EPERM when not authorized, ENOENT when the target does
- * not exist, EIO otherwise) and a sentence in err. */
+ * session: after a lost connection it logs in again with it, with the same
+ * initiator name and ISID.  fence is the pool's (fence.h), shared by the
+ * sessions that may write the same LUNs; NULL gives the session its own.
+ * What happens to commands whose outcome a fault leaves unknown is said
+ * at the top of recovery.c.  On failure returns NULL with errno set
+ * (ECONNREFUSED, ETIMEDOUT, EACCES for a failed authentication, EPERM when
+ * not authorized, ENOENT when the target does not exist, EIO otherwise)
+ * and a sentence in err. */
 struct lg_session *lg_session_open (const struct lg_login *login,
                                     const char *portal, const char *target,
-                                    char *err, size_t errlen);
+                                    struct lg_fence *fence, char *err,
+                                    size_t errlen);
 
 /* Closes: logs out, stops the thread, frees.  No command may be pending. */
 void lg_session_close (struct lg_session *s);
@@ -138,9 +149,12 @@ struct lg_target_list *lg_discover (const struct lg_login *login,
 
 /* Commands in flight or queued on this session (for load balancing). */
 unsigned lg_session_load (const struct lg_session *s);
+/* Logged in and issuing (not down, not confirming what a fault left
+ * unknown): a hint for the pool's choice. */
+bool lg_session_ready (const struct lg_session *s);
 
 /* Counters: logins after a lost connection; commands retried after BUSY
- * or TASK SET FULL; unit attentions that say the LUN may have changed
+ * or TASK SET FULL; commands aborted after CMD_TIMEOUT_MS; unit attentions that say the LUN may have changed
  * (reset, CAPACITY DATA HAS CHANGED, REPORTED LUNS DATA HAS CHANGED). */
 unsigned lg_session_reconnects (const struct lg_session *s);
 unsigned lg_session_retries (const struct lg_session *s);

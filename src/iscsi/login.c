@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Logging in: the login parameters, a libiscsi context made for this
+ * session, connect and login with a deadline, and the portals tried in
+ * turn.
+ *
+ * Threads: the session's loop thread, on a context that nobody else sees
+ * yet (before the open returns, or while the session is down), so
+ * s->lock is not needed.  The parameters are the caller's.
+ *
+ * The same initiator name and ISID on every login: the target reinstates
+ * the session (tgt closes the old connection).  That does NOT abort a
+ * command already in tgt's backing store, so nothing here is taken as a
+ * confirmation that an old command is gone: recovery.c asks for one.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "iscsi/session-int.h"
+#include "util/log.h"
+#include "util/secret.h"
+
+/* ---- login parameters ---- */
+
+int
+lg_login_init (struct lg_login *l)
+{
+  char host[128] = "localhost";
+  char name[256];
+
+  memset (l, 0, sizeof *l);
+  if (gethostname (host, sizeof host - 1) != 0 || host[0] == '\0')
+    strcpy (host, "localhost");
+  host[sizeof host - 1] = '\0';
+  /* An IQN is lower case; host names are case-insensitive anyway. */
+  for (char *p = host; *p; p++)
+    if (*p >= 'A' && *p <= 'Z')
+      *p = (char) (*p - 'A' + 'a');
+  snprintf (name, sizeof name, "iqn.2026-11.org.lungate:%s", host);
+  l->initiator_name = strdup (name);
+  l->connect_timeout = LG_DEFAULT_CONNECT_TIMEOUT;
+  l->io_timeout = LG_DEFAULT_IO_TIMEOUT;
+  return l->initiator_name ? 0 : -1;
+}
+
+void
+lg_login_clear (struct lg_login *l)
+{
+  free (l->initiator_name);
+  free (l->user);
+  free (l->target_user);
+  lg_secret_free (l->secret);
+  lg_secret_free (l->target_secret);
+  memset (l, 0, sizeof *l);
+}
+
+/* libiscsi's error text, fit for a log line: no trailing newline, and its
+ * words for a connection that just closed replaced by what happened. */
+const char *
+lg_s_why (struct iscsi_context *ctx, char *buf, size_t len)
+{
+  const char *e = ctx ? iscsi_get_error (ctx) : NULL;
+  size_t n;
+
+  if (e == NULL || *e == '\0')
+    e = "unknown error";
+  if (strstr (e, "reconnect_if_loggedin") != NULL)
+    e = "the connection was closed (by the target or the network)";
+  snprintf (buf, len, "%s", e);
+  n = strlen (buf);
+  while (n > 0
+         && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '.'))
+    buf[--n] = '\0';
+  return buf;
+}
+
+/* Turns libiscsi's text into an errno and a sentence a person reads. */
+static void
+set_open_error (struct lg_session *s, const char *what, const char *libmsg)
+{
+  const char *st = strstr (libmsg, "Status: ");
+  const char *paren = st ? strrchr (st, '(') : NULL;
+  int code = paren ? atoi (paren + 1) : -1;
+  const char *t = s->target[0] ? s->target : "discovery session";
+
+  s->phase = PHASE_FAILED;
+  if (strstr (libmsg, "CHAP_R") != NULL) {
+    s->open_errno = EACCES;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: mutual CHAP authentication failed: the target did "
+              "not prove it knows the target secret (wrong --target-user or "
+              "target secret?)",
+              s->portal, t);
+  }
+  else if (code == 0x0201) {
+    s->open_errno = EACCES;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: authentication failed (wrong CHAP user or secret?)",
+              s->portal, t);
+  }
+  else if (code == 0x0202) {
+    s->open_errno = EPERM;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: not authorized: the target's ACL does not allow "
+              "this initiator",
+              s->portal, t);
+  }
+  else if (code == 0x0203 || code == 0x0204) {
+    /* Targets (tgt among them) answer an initiator their ACL refuses as
+     * if the target did not exist: say both. */
+    s->open_errno = ENOENT;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: target not found, or not authorized: its ACL does "
+              "not admit initiator %s",
+              s->portal, t, s->initiator);
+  }
+  else if (strstr (libmsg, "refused")) {
+    s->open_errno = ECONNREFUSED;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: cannot connect: Connection refused", s->portal);
+  }
+  else {
+    s->open_errno = strstr (what, "connect") ? ECONNREFUSED : EIO;
+    snprintf (s->open_err, sizeof s->open_err, "%s: %s: %s: %s", s->portal, t,
+              what, libmsg);
+  }
+}
+
+static void
+login_cb (struct iscsi_context *ctx, int status, void *command_data,
+          void *private_data)
+{
+  struct lg_session *s = private_data;
+
+  (void) command_data;
+  if (status != SCSI_STATUS_GOOD)
+    set_open_error (s, "login failed", iscsi_get_error (ctx));
+  else
+    s->phase = PHASE_READY;
+}
+
+static void
+connect_cb (struct iscsi_context *ctx, int status, void *command_data,
+            void *private_data)
+{
+  struct lg_session *s = private_data;
+
+  (void) command_data;
+  if (status != SCSI_STATUS_GOOD) {
+    set_open_error (s, "cannot connect", iscsi_get_error (ctx));
+    return;
+  }
+  s->phase = PHASE_LOGGING_IN;
+  if (iscsi_login_async (ctx, login_cb, s) != 0)
+    set_open_error (s, "login failed", iscsi_get_error (ctx));
+}
+
+/* Services the context once, waiting at most timeout_ms.  Returns -1 when
+ * libiscsi reports the connection broken. */
+int
+lg_s_service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
+{
+  struct pollfd pfd[2];
+  int64_t now;
+  int r;
+
+  pfd[0].fd = iscsi_get_fd (s->ctx);
+  pfd[0].events = (short) iscsi_which_events (s->ctx);
+  pfd[0].revents = 0;
+  pfd[1].fd = s->efd;
+  pfd[1].events = POLLIN;
+  pfd[1].revents = 0;
+  r = poll (pfd, 2, timeout_ms);
+  if (r < 0 && errno != EINTR) {
+    lg_error ("%s: poll: %m", s->portal);
+    return -1;
+  }
+  if (pfd[1].revents & POLLIN) {
+    uint64_t v;
+
+    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+      lg_debug ("eventfd read: %m");
+  }
+  now = lg_mono_ms ();
+  if (pfd[0].revents == 0 && now - *last_service < SERVICE_INTERVAL_MS)
+    return 0;
+  *last_service = now;
+  return iscsi_service (s->ctx, pfd[0].revents) < 0 ? -1 : 0;
+}
+
+static void
+libiscsi_log (int level, const char *msg)
+{
+  (void) level;
+  lg_debug ("libiscsi: %s", msg);
+}
+
+/* A new context for this session, with the same initiator name and ISID
+ * every time, so that logging in again reinstates the session: the target
+ * drops the old connection and frees what it can of the old session's
+ * tasks.  (Not a command already in tgt's backing store: see the top of
+ * this file.) */
+static struct iscsi_context *
+make_context (struct lg_session *s, char *err, size_t errlen)
+{
+  const struct lg_login *login = s->login;
+  struct iscsi_context *ctx = iscsi_create_context (login->initiator_name);
+
+  if (ctx == NULL) {
+    snprintf (err, errlen, "cannot create an iSCSI context");
+    return NULL;
+  }
+  iscsi_set_isid_random (ctx, s->isid_rnd, s->isid_qual);
+  /* Reconnection is ours to do (and to bound); libiscsi's would re-send
+   * queued commands behind our back. */
+  iscsi_set_noautoreconnect (ctx, 1);
+  /* No libiscsi timeouts: a timed-out command would be dropped from its
+   * lists while the target may still execute it.  recovery.c times
+   * commands out itself and aborts them on the target. */
+  /* libiscsi's own messages go to our log, at debug level. */
+  if (lg_log_get_level () >= LG_LOG_DEBUG) {
+    iscsi_set_log_fn (ctx, libiscsi_log);
+    iscsi_set_log_level (ctx, 2);
+  }
+  /* Reuse libiscsi's small allocations (PDUs, tasks' buffers) instead of
+   * a malloc and free per command. */
+  iscsi_set_cache_allocations (ctx, 1);
+  iscsi_set_header_digest (ctx,
+                           login->header_digest ? ISCSI_HEADER_DIGEST_CRC32C
+                                                : ISCSI_HEADER_DIGEST_NONE);
+  if (!s->discovery) {
+    iscsi_set_session_type (ctx, ISCSI_SESSION_NORMAL);
+    iscsi_set_targetname (ctx, s->target);
+  }
+  else
+    iscsi_set_session_type (ctx, ISCSI_SESSION_DISCOVERY);
+  /* XXX: libiscsi keeps its own (malloc'd) copy of the secrets. */
+  if (login->user && login->secret
+      && iscsi_set_initiator_username_pwd (ctx, login->user, login->secret)
+          != 0) {
+    snprintf (err, errlen, "CHAP: %s", iscsi_get_error (ctx));
+    iscsi_destroy_context (ctx);
+    return NULL;
+  }
+  if (login->target_user && login->target_secret
+      && iscsi_set_target_username_pwd (ctx, login->target_user,
+                                        login->target_secret)
+          != 0) {
+    snprintf (err, errlen, "mutual CHAP: %s", iscsi_get_error (ctx));
+    iscsi_destroy_context (ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+/* Connects s->ctx to s->portal and logs in, giving up at deadline (or when
+ * the session is closed). */
+static int
+connect_and_login (struct lg_session *s, int64_t deadline, int timeout_s)
+{
+  int64_t last = 0;
+
+  s->phase = PHASE_CONNECTING;
+  if (iscsi_connect_async (s->ctx, s->portal, connect_cb, s) != 0) {
+    set_open_error (s, "cannot connect", iscsi_get_error (s->ctx));
+    return -1;
+  }
+  while (s->phase == PHASE_CONNECTING || s->phase == PHASE_LOGGING_IN) {
+    int64_t left = deadline - lg_mono_ms ();
+
+    if (atomic_load (&s->stopping)) {
+      s->phase = PHASE_FAILED;
+      s->open_errno = ECANCELED;
+      snprintf (s->open_err, sizeof s->open_err, "%s: closed", s->portal);
+      return -1;
+    }
+    if (left <= 0) {
+      snprintf (s->open_err, sizeof s->open_err, "%s: %s: timed out after %d s",
+                s->portal,
+                s->phase == PHASE_CONNECTING ? "cannot connect"
+                                             : "no answer to login",
+                timeout_s);
+      s->phase = PHASE_FAILED;
+      s->open_errno = ETIMEDOUT;
+      return -1;
+    }
+    if (lg_s_service_once (s, left < 200 ? (int) left : 200, &last) < 0
+        && s->phase != PHASE_FAILED) {
+      char why[256];
+
+      set_open_error (s, "connection lost during login",
+                      lg_s_why (s->ctx, why, sizeof why));
+    }
+  }
+  return s->phase == PHASE_READY ? 0 : -1;
+}
+
+/* Tries each portal in turn, from s->cur, once.  Loop thread; s->ctx is
+ * its own (the session is down or not yet open).  On success s->ctx is the
+ * logged-in context and s->portal its portal. */
+int
+lg_s_connect_any (struct lg_session *s, int64_t limit_ms)
+{
+  for (unsigned k = 0; k < s->nportals; k++) {
+    unsigned i = (s->cur + k) % s->nportals;
+    int64_t t = (int64_t) s->connect_timeout * 1000;
+    char err[256];
+
+    if (limit_ms >= 0 && limit_ms < t)
+      t = limit_ms < 1000 ? 1000 : limit_ms;
+    snprintf (s->portal, sizeof s->portal, "%s", s->portals[i]);
+    s->ctx = make_context (s, err, sizeof err);
+    if (s->ctx == NULL) {
+      s->phase = PHASE_FAILED;
+      s->open_errno = ENOMEM;
+      snprintf (s->open_err, sizeof s->open_err, "%s", err);
+      return -1;
+    }
+    if (connect_and_login (s, lg_mono_ms () + t, (int) ((t + 999) / 1000))
+        == 0) {
+      s->cur = i;
+      return 0;
+    }
+    iscsi_destroy_context (s->ctx);
+    s->ctx = NULL;
+    if (atomic_load (&s->stopping))
+      break;
+  }
+  return -1;
+}

@@ -1,0 +1,531 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Commands whose outcome a fault leaves unknown.
+ *
+ * The rule: once a write's outcome is unknown (no answer for
+ * CMD_TIMEOUT_MS, or its connection lost), no later write to an
+ * overlapping range is issued, and the write is neither reported failed
+ * nor issued again, until the target has confirmed that it can no longer
+ * execute.  A write past the outage budget is reported failed (EIO) but
+ * its range stays fenced (fence.h) until the confirmation comes; a write
+ * the target cannot confirm stays fenced for good, and so does its range.
+ *
+ * What confirms, established against tgt (usr/target.c, abort_task_set
+ * and abort_cmd; tests/test-fault-*.sh):
+ *  - a SCSI response for the command (its outcome is then known);
+ *  - the answer to an ABORT TASK sent on the same connection: tgt answers
+ *    a task that is in its backing store only when that I/O has finished
+ *    ("task does not exist"), and one not yet started at once (TASK
+ *    ABORTED for the task, then "function complete");
+ *  - after a lost connection, the answer to a LUN RESET sent on the new
+ *    connection before anything else: tgt aborts the tasks of every I_T
+ *    nexus on that LUN, including the old session's that reinstatement
+ *    left running in its backing store, and answers only when they have
+ *    finished.
+ * Not a confirmation: logging in again with the same ISID (session
+ * reinstatement).  tgt closes the old connection but lets a command that
+ * is in its backing store run to the end, and it may then land after
+ * newer writes.  Any other answer to the TMF ("rejected", "not
+ * supported", a LUN that is gone) is no confirmation either: the write
+ * then stays fenced.
+ *
+ * The I_T nexus scheme: each session of a pool has its own ISID, kept for
+ * its life (so its logins reinstate only itself), and all of them share
+ * the pool's fence.  A session's recovery covers the other sessions: the
+ * fence keeps their later writes off a doubtful range, and the LUN RESET
+ * also aborts the other sessions' commands on that LUN, which come back
+ * TASK ABORTED (or time out and are aborted in turn) and are issued again.
+ *
+ * Threads: the loop thread, or a submitter that found the connection
+ * dead, with s->lock held.
+ */
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "iscsi/session-int.h"
+#include "util/log.h"
+
+static const char *
+tmf_answer (int r)
+{
+  switch (r) {
+  case ISCSI_TMR_FUNC_COMPLETE:
+    return "function complete";
+  case ISCSI_TMR_TASK_DOES_NOT_EXIST:
+    return "task does not exist";
+  case ISCSI_TMR_LUN_DOES_NOT_EXIST:
+    return "LUN does not exist";
+  case ISCSI_TMR_TMF_NOT_SUPPORTED:
+    return "not supported";
+  case ISCSI_TMR_FUNC_REJECTED:
+    return "rejected";
+  default:
+    return "refused";
+  }
+}
+
+/* ---- doubts ---- */
+
+/* cmd's outcome is unknown: fence its range when it writes. */
+static void
+doubt (struct lg_session *s, struct lg_cmd *cmd)
+{
+  uint64_t lba, n;
+  struct lg_doubt *d;
+
+  if (cmd->doubt || cmd->kind != LG_CMD_SCSI || cmd->task == NULL
+      || !lg_cdb_write_range (cmd->task->cdb, &lba, &n))
+    return;
+  d = lg_fence_add (s->fence, cmd->lun, lba, n);
+  if (d == NULL) {
+    /* XXX: out of memory, the range is not fenced. */
+    lg_error ("%s/%d: LBA %" PRIu64 "+%" PRIu64 ": out of memory: cannot "
+              "fence a write of unknown outcome",
+              s->target, cmd->lun, lba, n);
+    return;
+  }
+  d->cmd = cmd;
+  d->snext = s->doubts;
+  s->doubts = d;
+  cmd->doubt = d;
+}
+
+static void
+unlink_doubt (struct lg_session *s, struct lg_doubt *d)
+{
+  for (struct lg_doubt **p = &s->doubts; *p; p = &(*p)->snext)
+    if (*p == d) {
+      *p = d->snext;
+      return;
+    }
+}
+
+/* The target confirmed it: the range is free. */
+static void
+resolve (struct lg_session *s, struct lg_doubt *d)
+{
+  if (d->cmd)
+    d->cmd->doubt = NULL;
+  unlink_doubt (s, d);
+  lg_fence_remove (s->fence, d);
+}
+
+/* The target cannot confirm it: fenced for good. */
+static void
+fence_for_good (struct lg_session *s, struct lg_doubt *d, const char *why)
+{
+  lg_error ("%s/%d: LBA %" PRIu64 "+%" PRIu64 " fenced for good: a write "
+            "there may still execute and the target cannot confirm that it "
+            "will not (%s); writes to that range fail until the gateway is "
+            "restarted",
+            s->target, d->lun, d->lba, d->nblocks, why);
+  unlink_doubt (s, d);
+  lg_fence_make_permanent (s->fence, d);
+}
+
+/* Closing: the fence outlives the session (the pool frees it), but
+ * nothing may point back at the session. */
+void
+lg_s_drop_doubts (struct lg_session *s)
+{
+  while (s->doubts) {
+    struct lg_doubt *d = s->doubts;
+
+    s->doubts = d->snext;
+    d->cmd = NULL;
+    lg_fence_make_permanent (s->fence, d);
+  }
+  while (s->tmfs) {
+    struct tmf *t = s->tmfs;
+
+    s->tmfs = t->next;
+    free (t);
+  }
+}
+
+/* ---- what happens to a command ---- */
+
+/* An answer came for cmd: whatever was in doubt is settled. */
+void
+lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd)
+{
+  if (cmd->tmf) {
+    cmd->tmf->cmd = NULL;
+    cmd->tmf->doubt = NULL;
+    cmd->tmf = NULL;
+  }
+  if (cmd->doubt)
+    resolve (s, cmd->doubt);
+  cmd->trouble_ms = 0;
+}
+
+/* The target confirmed that cmd is gone: issue it again, or fail it when
+ * past the budget (it can no longer land, so either is safe). */
+void
+lg_s_cmd_confirmed (struct lg_session *s, struct lg_cmd *cmd)
+{
+  int64_t trouble = cmd->trouble_ms;
+
+  cmd->confirmed = false;
+  lg_s_cmd_known (s, cmd);
+  lg_s_reset_task (cmd);
+  if (s->budget_s >= 0
+      && lg_mono_ms () - trouble >= (int64_t) s->budget_s * 1000) {
+    char what[96];
+
+    lg_s_cmd_range (cmd, what, sizeof what);
+    snprintf (cmd->msg, sizeof cmd->msg,
+              "%s: LUN %d: %s: no answer within the outage budget (%d s)",
+              lg_s_name (s), cmd->lun, what, s->budget_s);
+    lg_s_fail (s, cmd, cmd->msg);
+    return;
+  }
+  cmd->trouble_ms = trouble;
+  lg_s_issue (s, cmd);
+}
+
+/* Reports cmd failed; if its outcome is unknown its range stays fenced. */
+void
+lg_s_report_unknown (struct lg_session *s, struct lg_cmd *cmd, const char *msg)
+{
+  char m[sizeof cmd->msg];
+
+  snprintf (m, sizeof m, "%s", msg && *msg ? msg : "failed");
+  if (cmd->tmf) {
+    cmd->tmf->cmd = NULL;
+    cmd->tmf = NULL;
+  }
+  if (cmd->doubt) {
+    struct lg_doubt *d = cmd->doubt;
+
+    lg_warn ("%s/%d: LBA %" PRIu64 "+%" PRIu64 ": reporting a write of "
+             "unknown outcome failed; the range stays fenced until the target "
+             "confirms it can no longer execute",
+             s->target, d->lun, d->lba, d->nblocks);
+    d->cmd = NULL;
+    cmd->doubt = NULL;
+  }
+  cmd->trouble_ms = 0;
+  lg_s_fail (s, cmd, m);
+}
+
+/* cmd's connection went away under it (libiscsi cancelled it): a write
+ * may still execute; it waits for the next login and a LUN RESET. */
+void
+lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd)
+{
+  if (cmd->trouble_ms == 0)
+    cmd->trouble_ms = lg_mono_ms ();
+  if (cmd->tmf) {
+    cmd->tmf->cmd = NULL;
+    cmd->tmf = NULL;
+  }
+  doubt (s, cmd);
+  if (cmd->doubt)
+    cmd->doubt->lost = true;
+  lg_s_reset_task (cmd);
+  if (s->failing || s->discovery)
+    lg_s_report_unknown (s, cmd, s->dead_msg);
+  else
+    lg_s_hold (s, cmd);
+}
+
+/* ---- task management ---- */
+
+static void tmf_cb (struct iscsi_context *ctx, int status, void *command_data,
+                    void *private_data);
+
+static struct tmf *
+send_tmf (struct lg_session *s, enum iscsi_task_mgmt_funcs fn, int lun,
+          const struct scsi_task *task)
+{
+  struct tmf *t = calloc (1, sizeof *t);
+
+  if (t == NULL)
+    return NULL;
+  t->s = s;
+  t->lun = lun;
+  t->reset = fn == ISCSI_TM_LUN_RESET;
+  /* Not libiscsi's abort and reset helpers: they cancel tasks locally
+   * (the reset every task of the context) before the target answers. */
+  if (iscsi_task_mgmt_async (s->ctx, lun, fn, task ? task->itt : 0xffffffff,
+                             task ? task->cmdsn : 0, tmf_cb, t)
+      != 0) {
+    free (t);
+    return NULL;
+  }
+  t->next = s->tmfs;
+  s->tmfs = t;
+  return t;
+}
+
+/* No answer to cmd for CMD_TIMEOUT_MS on a live connection: ask the target
+ * to abort it, and wait for its answer. */
+static void
+start_abort (struct lg_session *s, struct lg_cmd *cmd, int64_t now)
+{
+  char what[96];
+
+  atomic_fetch_add (&s->timeouts, 1);
+  lg_s_cmd_range (cmd, what, sizeof what);
+  if (s->discovery) {
+    lg_s_connection_lost (s, "no answer to SendTargets");
+    return;
+  }
+  cmd->trouble_ms = now;
+  doubt (s, cmd);
+  cmd->tmf = send_tmf (s, ISCSI_TM_ABORT_TASK, cmd->lun, cmd->task);
+  if (cmd->tmf == NULL) {
+    s->broken = true;
+    return;
+  }
+  cmd->tmf->cmd = cmd;
+  cmd->tmf->doubt = cmd->doubt;
+  cmd->state = CMD_ABORTING;
+  lg_warn ("%s/%d: %s: no answer for %d s; asking the target to abort it "
+           "(ABORT TASK)%s",
+           s->target, cmd->lun, what, CMD_TIMEOUT_MS / 1000,
+           cmd->doubt ? "; later writes to that range wait for its answer"
+                      : "");
+}
+
+/* The answer to an ABORT TASK. */
+static void
+abort_done (struct lg_session *s, struct tmf *t, int status, int r)
+{
+  if (status != SCSI_STATUS_GOOD) {
+    /* Cancelled with the connection: a LUN RESET after the next login
+     * settles it. */
+    if (t->doubt)
+      t->doubt->lost = true;
+    if (t->cmd)
+      t->cmd->tmf = NULL;
+    return;
+  }
+  if (r == ISCSI_TMR_FUNC_COMPLETE || r == ISCSI_TMR_TASK_DOES_NOT_EXIST) {
+    lg_info ("%s/%d: the target answered ABORT TASK (%s): the command can "
+             "no longer execute",
+             s->target, t->lun, tmf_answer (r));
+    if (t->cmd) {
+      t->cmd->tmf = NULL;
+      t->cmd->confirmed = true;
+      /* scsi_cb then issues it again (lg_s_cmd_confirmed). */
+      if (iscsi_scsi_cancel_task (s->ctx, t->cmd->task) != 0)
+        t->cmd->confirmed = false;
+    }
+    else if (t->doubt)
+      resolve (s, t->doubt);
+    return;
+  }
+  /* No confirmation here: log in again and ask with a LUN RESET. */
+  lg_warn ("%s/%d: the target answered ABORT TASK with \"%s\": logging in "
+           "again to confirm with a LUN RESET",
+           s->target, t->lun, tmf_answer (r));
+  if (t->cmd)
+    t->cmd->tmf = NULL;
+  s->broken = true;
+}
+
+/* The answer to a recovery's LUN RESET: every doubt lost on that LUN is
+ * settled, one way or the other. */
+static void
+reset_done (struct lg_session *s, struct tmf *t, int status, int r)
+{
+  struct lg_doubt *d, *next;
+
+  if (status != SCSI_STATUS_GOOD)
+    return; /* the connection went again; recovery starts over */
+  if (s->resets_pending > 0)
+    s->resets_pending--;
+  for (d = s->doubts; d; d = next) {
+    next = d->snext;
+    if (d->lun != t->lun || !d->lost)
+      continue;
+    if (r == ISCSI_TMR_FUNC_COMPLETE)
+      resolve (s, d);
+    else {
+      char why[80];
+
+      snprintf (why, sizeof why, "LUN RESET: %s", tmf_answer (r));
+      fence_for_good (s, d, why);
+    }
+  }
+  if (r == ISCSI_TMR_FUNC_COMPLETE)
+    lg_info ("%s/%d: LUN RESET complete: the commands of the lost "
+             "connection can no longer execute",
+             s->target, t->lun);
+  if (s->resets_pending == 0) {
+    s->recovering = false;
+    lg_s_set_ready (s);
+    lg_s_issue_held (s);
+  }
+}
+
+static void
+tmf_cb (struct iscsi_context *ctx, int status, void *command_data,
+        void *private_data)
+{
+  struct tmf *t = private_data;
+  struct lg_session *s = t->s;
+  int r = -1;
+
+  (void) ctx;
+  for (struct tmf **p = &s->tmfs; *p; p = &(*p)->next)
+    if (*p == t) {
+      *p = t->next;
+      break;
+    }
+  if (status == SCSI_STATUS_GOOD && command_data)
+    r = (int) *(uint32_t *) command_data;
+  if (t->reset)
+    reset_done (s, t, status, r);
+  else
+    abort_done (s, t, status, r);
+  free (t);
+}
+
+/* ---- the loop's checks, once a second ---- */
+
+/* Commands past CMD_TIMEOUT_MS are aborted; commands in trouble past the
+ * outage budget are reported failed (their ranges stay fenced). */
+void
+lg_s_scan (struct lg_session *s, int64_t now)
+{
+  int64_t budget = (int64_t) s->budget_s * 1000;
+  struct lg_cmd *c, *keep = NULL, *keep_tail = NULL;
+
+  for (c = s->inflight; c && s->up; c = c->next)
+    if (c->state == CMD_ISSUED && now - c->issued_ms >= CMD_TIMEOUT_MS) {
+      start_abort (s, c, now);
+      if (!s->up)
+        return;
+    }
+  if (budget < 0)
+    return;
+restart:
+  for (c = s->inflight; c; c = c->next)
+    if (c->state == CMD_ABORTING && now - c->trouble_ms >= budget) {
+      char what[96];
+
+      lg_s_cmd_range (c, what, sizeof what);
+      snprintf (c->msg, sizeof c->msg,
+                "%s: LUN %d: %s: no answer within the outage budget (%d s)",
+                lg_s_name (s), c->lun, what, s->budget_s);
+      c->expired = true;
+      if (iscsi_scsi_cancel_task (s->ctx, c->task) != 0) {
+        lg_s_inflight_del (s, c);
+        lg_s_report_unknown (s, c, c->msg);
+      }
+      goto restart;
+    }
+  c = s->held;
+  s->held = s->held_tail = NULL;
+  while (c) {
+    struct lg_cmd *next = c->next;
+
+    if (c->trouble_ms && now - c->trouble_ms >= budget) {
+      snprintf (c->msg, sizeof c->msg,
+                "%s: LUN %d: waited past the outage budget (%d s)%s%s",
+                lg_s_name (s), c->lun, s->budget_s, s->dead_msg[0] ? ": " : "",
+                s->dead_msg);
+      lg_s_report_unknown (s, c, c->msg);
+    }
+    else
+      lg_s_push (&keep, &keep_tail, c);
+    c = next;
+  }
+  s->held = keep;
+  s->held_tail = keep_tail;
+}
+
+/* ---- a lost connection, and the login after it ---- */
+
+/* The connection is gone (any thread): every command on it is held for the
+ * next one (failed at once with a budget of 0); writes among them are in
+ * doubt until the next login's LUN RESET. */
+void
+lg_s_connection_lost (struct lg_session *s, const char *why)
+{
+  if (!s->up)
+    return;
+  snprintf (s->dead_msg, sizeof s->dead_msg, "%s: connection lost: %s",
+            s->portal, why);
+  s->up = false;
+  s->broken = false;
+  s->recovering = false;
+  s->resets_pending = 0;
+  s->down_since = lg_mono_ms ();
+  /* The backoff starts again only after a connection that lasted: a
+   * target that accepts logins and drops them at once gets no storm. */
+  if (s->down_since - s->up_since >= 10 * 1000)
+    s->backoff_ms = 0;
+  s->next_attempt = s->down_since;
+  if (s->backoff_ms)
+    s->next_attempt += s->backoff_ms / 2
+        + (int64_t) randombytes_uniform (s->backoff_ms / 2 + 1);
+  if (s->discovery || s->budget_s == 0)
+    s->failing = true;
+  lg_s_set_ready (s);
+  lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
+           s->failing ? "" : "; reconnecting");
+  iscsi_scsi_cancel_all_tasks (s->ctx);
+  /* What libiscsi dropped without calling back (it does, when it logs out
+   * by itself): ours to hold all the same. */
+  while (s->inflight) {
+    struct lg_cmd *c = s->inflight;
+
+    lg_s_inflight_del (s, c);
+    lg_s_cmd_lost (s, c);
+  }
+  while (s->tmfs) {
+    struct tmf *t = s->tmfs;
+
+    s->tmfs = t->next;
+    if (!t->reset)
+      abort_done (s, t, SCSI_STATUS_CANCELLED, -1);
+    free (t);
+  }
+  for (struct lg_doubt *d = s->doubts; d; d = d->snext)
+    d->lost = true;
+  if (s->failing)
+    lg_s_fail_waiting (s);
+  /* The loop thread, which polls this context's socket, destroys it. */
+  lg_s_wake (s);
+}
+
+/* Logged in again: before anything is issued, a LUN RESET for each LUN
+ * with a write in doubt; the held commands go when all are answered. */
+void
+lg_s_recover (struct lg_session *s)
+{
+  for (struct lg_doubt *d = s->doubts; d; d = d->snext) {
+    struct lg_doubt *e;
+
+    if (!d->lost)
+      continue;
+    /* One reset a LUN: the first lost doubt on it sends it. */
+    for (e = s->doubts; e != d && !(e->lost && e->lun == d->lun); e = e->snext)
+      ;
+    if (e != d)
+      continue;
+    if (send_tmf (s, ISCSI_TM_LUN_RESET, d->lun, NULL) == NULL) {
+      s->broken = true;
+      break;
+    }
+    s->resets_pending++;
+    lg_warn ("%s/%d: writes of the lost connection may still execute: "
+             "LUN RESET, and nothing is issued until the target answers",
+             s->target, d->lun);
+  }
+  s->recovering = s->resets_pending > 0;
+  lg_s_set_ready (s);
+  if (!s->recovering)
+    lg_s_issue_held (s);
+  else
+    lg_s_flush_out (s);
+}

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The inside of a session, shared by its files:
+ *
+ *   login.c     login parameters; a context; connect and log in
+ *   cmds.c      the command lists, issuing, completion (scsi_cb)
+ *   recovery.c  commands whose outcome is unknown: timeouts, ABORT TASK,
+ *               a lost connection, LUN RESET after the next login, the
+ *               outage budget
+ *   session.c   the loop thread, open, close, submit
+ *
+ * Every function here expects s->lock held unless it says otherwise.
+ */
+#ifndef LG_SESSION_INT_H
+#define LG_SESSION_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "iscsi/fence.h"
+#include "iscsi/session.h"
+
+/* A UNIT ATTENTION (power on, reset, parameters changed) is reported once
+ * per I_T nexus and the command is not executed; reissue it a few times. */
+#define UA_RETRIES 4
+
+/* libiscsi advances its state only inside iscsi_service: call it at least
+ * this often; the timeouts and the budget are checked as often. */
+#define SERVICE_INTERVAL_MS 1000
+
+/* A NOP-Out this often; this many unanswered and the connection is dead. */
+#define KEEPALIVE_MS 2000
+#define KEEPALIVE_MISSES 3
+
+/* A command without an answer for this long, on a connection that still
+ * answers NOP-Outs, is stuck in the target: it is aborted (recovery.c). */
+#define CMD_TIMEOUT_MS 30000
+
+/* Between two reconnection attempts (jittered, doubling). */
+#define MIN_BACKOFF_MS 100
+#define MAX_BACKOFF_MS 5000
+
+enum phase {
+  PHASE_CONNECTING,
+  PHASE_LOGGING_IN,
+  PHASE_READY,
+  PHASE_FAILED,
+  PHASE_LOGGED_OUT,
+};
+
+/* Where a command is (s->lock). */
+enum cmd_state {
+  CMD_IDLE,     /* being issued or completed */
+  CMD_HELD,     /* s->held: waiting for a connection or for recovery */
+  CMD_DELAYED,  /* s->delayed: BUSY / TASK SET FULL, retried later */
+  CMD_ISSUED,   /* s->inflight: libiscsi has it */
+  CMD_ABORTING, /* s->inflight, and an ABORT TASK for it is in flight */
+};
+
+/* A task management function in flight (ABORT TASK or LUN RESET). */
+struct tmf {
+  struct tmf *next; /* s->tmfs */
+  struct lg_session *s;
+  bool reset; /* LUN RESET of a recovery, else ABORT TASK */
+  int lun;
+  struct lg_cmd *cmd;     /* ABORT TASK: the command, until it completes */
+  struct lg_doubt *doubt; /* ABORT TASK: its doubt, until resolved */
+};
+
+struct lg_session {
+  struct iscsi_context *ctx; /* see the lock */
+  pthread_t thread;
+  int efd;                      /* eventfd: wakes the loop */
+  const struct lg_login *login; /* the caller's; outlives the session */
+  char portals[LG_MAX_PORTALS][300];
+  unsigned nportals;
+  unsigned cur;     /* loop thread: the portal in use or tried next */
+  char portal[300]; /* the portal in use (for messages) */
+  char target[256];
+  char initiator[256];
+  bool discovery;
+  int connect_timeout;
+  int budget_s; /* outage budget: > 0 seconds, 0 fail at once, < 0 never */
+  uint32_t isid_rnd, isid_qual;
+  struct lg_fence *fence; /* the pool's (or its own: own_fence) */
+  bool own_fence;
+
+  /* Open handshake: the loop thread reports the login result. */
+  struct lg_waiter opened;
+  enum phase phase; /* loop thread; read by open after wait */
+  int open_errno;
+  char open_err[256];
+
+  /* Protects ctx while up, and every field below but the atomics. */
+  pthread_mutex_t lock;
+  atomic_bool stopping;
+  bool up;         /* logged in: commands go to ctx */
+  bool failing;    /* down past the budget: commands fail at once */
+  bool broken;     /* the connection is going: connection_lost follows */
+  bool recovering; /* logged in again, confirming doubts before issuing */
+  char dead_msg[320];
+  struct lg_cmd *held, *held_tail;       /* waiting for a connection */
+  struct lg_cmd *delayed, *delayed_tail; /* BUSY / TASK SET FULL */
+  struct lg_cmd *inflight;               /* issued (doubly linked) */
+  struct lg_doubt *doubts; /* this session's writes of unknown outcome */
+  struct tmf *tmfs;
+  unsigned resets_pending;
+  unsigned nops_pending;
+  int64_t last_keepalive, last_scan, up_since;
+
+  /* Loop thread only: the reconnection schedule. */
+  int64_t down_since, next_attempt;
+  unsigned backoff_ms;
+  char last_err[256];
+  int64_t last_err_log;
+
+  atomic_bool ready; /* up and not recovering (for the pool's choice) */
+  atomic_uint load;  /* submitted and not completed */
+  atomic_uint reconnects, retries, lun_events, timeouts;
+};
+
+/* login.c (loop thread, s->lock not needed: the context is its own) */
+int lg_s_connect_any (struct lg_session *s, int64_t limit_ms);
+int lg_s_service_once (struct lg_session *s, int timeout_ms,
+                       int64_t *last_service);
+const char *lg_s_why (struct iscsi_context *ctx, char *buf, size_t len);
+
+/* cmds.c */
+void lg_s_push (struct lg_cmd **head, struct lg_cmd **tail, struct lg_cmd *c);
+void lg_s_inflight_del (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_reset_task (struct lg_cmd *cmd);
+void lg_s_complete (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_fail (struct lg_session *s, struct lg_cmd *cmd, const char *msg);
+void lg_s_hold (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_issue (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_issue_held (struct lg_session *s);
+bool lg_s_flush_out (struct lg_session *s);
+void lg_s_fail_waiting (struct lg_session *s);
+void lg_s_set_ready (struct lg_session *s);
+void lg_s_wake (struct lg_session *s);
+const char *lg_s_name (const struct lg_session *s);
+
+/* recovery.c */
+void lg_s_connection_lost (struct lg_session *s, const char *why);
+void lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_cmd_confirmed (struct lg_session *s, struct lg_cmd *cmd);
+void lg_s_report_unknown (struct lg_session *s, struct lg_cmd *cmd,
+                          const char *msg);
+void lg_s_scan (struct lg_session *s, int64_t now);
+void lg_s_recover (struct lg_session *s);
+void lg_s_drop_doubts (struct lg_session *s);
+void lg_s_cmd_range (const struct lg_cmd *cmd, char *buf, size_t len);
+
+#endif
