@@ -28,6 +28,13 @@
  * supported", a LUN that is gone) is no confirmation either: the write
  * then stays fenced.
  *
+ * XXX istgt (read in its source, src/istgt_iscsi.c, not yet tested)
+ * answers ABORT TASK "function complete" at once whatever the task's
+ * state: with a queue depth above 0, a command already running in its LU
+ * thread is not waited for.  Its LUN RESET drops the initiator's other
+ * connections first.  So against istgt the confirmation above is only as
+ * good as istgt's own ordering.
+ *
  * The I_T nexus scheme: each session of a pool has its own ISID, kept for
  * its life (so its logins reinstate only itself), and all of them share
  * the pool's fence.  A session's recovery covers the other sessions: the
