@@ -394,6 +394,24 @@ lg_s_issue (struct lg_session *s, struct lg_cmd *cmd)
     inflight_add (s, cmd);
 }
 
+/* Takes every PDU of task out of libiscsi's queues: the command, whose
+ * callback runs, and any Data-Out PDU queued for it, which would read the
+ * caller's buffer when sent, after the command is reported.  libiscsi's
+ * cancel stops at the first PDU it finds, so it is called until it finds
+ * none, with a copy of the tag (the task may be gone after the first). */
+int
+lg_s_cancel_task (struct lg_session *s, const struct scsi_task *task)
+{
+  struct scsi_task tag;
+  int found = -1;
+
+  memset (&tag, 0, sizeof tag);
+  tag.itt = task->itt;
+  while (iscsi_scsi_cancel_task (s->ctx, &tag) == 0)
+    found = 0;
+  return found;
+}
+
 /* Issues what was held, in order (after a login, or a recovery). */
 void
 lg_s_issue_held (struct lg_session *s)

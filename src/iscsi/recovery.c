@@ -319,11 +319,16 @@ abort_done (struct lg_session *s, struct tmf *t, int status, int r)
              "no longer execute",
              s->target, t->lun, tmf_answer (r));
     if (t->cmd) {
-      t->cmd->tmf = NULL;
-      t->cmd->confirmed = true;
-      /* scsi_cb then issues it again (lg_s_cmd_confirmed). */
-      if (iscsi_scsi_cancel_task (s->ctx, t->cmd->task) != 0)
-        t->cmd->confirmed = false;
+      struct lg_cmd *c = t->cmd;
+
+      c->tmf = NULL;
+      c->confirmed = true;
+      /* scsi_cb then issues it again (lg_s_cmd_confirmed); if libiscsi
+       * no longer had it, that is done here. */
+      if (lg_s_cancel_task (s, c->task) != 0) {
+        lg_s_inflight_del (s, c);
+        lg_s_cmd_confirmed (s, c);
+      }
     }
     else if (t->doubt)
       resolve (s, t->doubt);
@@ -424,7 +429,7 @@ restart:
                 "%s: LUN %d: %s: no answer within the outage budget (%d s)",
                 lg_s_name (s), c->lun, what, s->budget_s);
       c->expired = true;
-      if (iscsi_scsi_cancel_task (s->ctx, c->task) != 0) {
+      if (lg_s_cancel_task (s, c->task) != 0) {
         lg_s_inflight_del (s, c);
         lg_s_report_unknown (s, c, c->msg);
       }

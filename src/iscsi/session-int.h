@@ -135,6 +135,7 @@ void lg_s_fail (struct lg_session *s, struct lg_cmd *cmd, const char *msg);
 void lg_s_hold (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_issue (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_issue_held (struct lg_session *s);
+int lg_s_cancel_task (struct lg_session *s, const struct scsi_task *task);
 bool lg_s_flush_out (struct lg_session *s);
 void lg_s_fail_waiting (struct lg_session *s);
 void lg_s_set_ready (struct lg_session *s);
