@@ -204,9 +204,24 @@ revalidate (struct idev *x, bool poll)
       return -1;
     }
     if (identity_diff (x, &li, relogin, diff, sizeof diff) > 0) {
-      snprintf (x->gone_msg, sizeof x->gone_msg,
-                "%s: the LUN changed identity%s (%s): refusing every request",
-                x->dev.name, relogin ? " during the outage" : "", diff);
+      if (relogin)
+        snprintf (x->gone_msg, sizeof x->gone_msg,
+                  "%s: the LUN changed identity during the outage (%s): "
+                  "refusing every request",
+                  x->dev.name, diff);
+      else /* the first words are the ones test-mount-resize.sh knows */
+        snprintf (x->gone_msg, sizeof x->gone_msg,
+                  "%s: the LUN changed under the gateway (%s): refusing to "
+                  "serve it (%s)",
+                  x->dev.name,
+                  !li.is_disk                  ? "no longer a disk"
+                      : li.no_medium           ? "no medium"
+                      : li.block_size != x->bs ? "another block size"
+                      : strcmp (li.vendor, x->info.vendor) != 0
+                          || strcmp (li.product, x->info.product) != 0
+                      ? "another vendor or product"
+                      : "another serial or designators",
+                  diff);
       lg_error ("%s", x->gone_msg);
       atomic_store (&x->gone, true);
     }
