@@ -828,8 +828,9 @@ uuid_text (const uint8_t uuid[static LG_UUID_BYTES], char out[static 33])
 
 /* Reads both header copies from the lower device, without repairing
  * either (this may not be our volume: nothing is written), and says
- * whether one of them is this volume's: same UUID, mode and geometry.
- * 1 yes, 0 no (what was found in why), -1 on a failed read. */
+ * whether they are this volume's: every valid copy with the same UUID,
+ * mode and geometry, and at least one valid.  1 yes, 0 no (what was found
+ * in why), -1 on a failed read. */
 static int
 header_is_ours (struct cdev *x, char *why, size_t len)
 {
@@ -837,37 +838,34 @@ header_is_ours (struct cdev *x, char *why, size_t len)
   uint8_t *buf = malloc (LG_HDR_SIZE);
   struct lg_header h;
   char a[33], b[33];
-  bool found = false;
-  int r = 0;
+  int r = -1, valid = 0, foreign = 0;
 
   if (buf == NULL)
     return -1;
   uuid_text (x->h.uuid, a);
   snprintf (why, len, "header UUID %s -> no valid lungate header", a);
-  for (int c = 0; c < 2 && r == 0; c++) {
-    if (lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]) < 0) {
-      r = -1;
-      break;
-    }
+  for (int c = 0; c < 2; c++) {
+    if (lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]) < 0)
+      goto out;
     if (lg_header_parse (buf, x->lower->size, &h, NULL, 0) < 0)
       continue;
+    valid++;
     if (sodium_memcmp (h.uuid, x->h.uuid, LG_UUID_BYTES) != 0) {
-      if (!found) {
+      if (!foreign++) {
         uuid_text (h.uuid, b);
         snprintf (why, len, "header UUID %s -> %s", a, b);
-        found = true;
       }
-      continue;
     }
-    if (h.mode != x->h.mode || h.unit_size != x->h.unit_size
-        || h.md_offset != x->h.md_offset || h.md_size != x->h.md_size
-        || h.data_offset != x->h.data_offset || h.nunits != x->h.nunits) {
-      snprintf (why, len, "header UUID %s, but another mode or geometry", a);
-      found = true;
-      continue;
+    else if (h.mode != x->h.mode || h.unit_size != x->h.unit_size
+             || h.md_offset != x->h.md_offset || h.md_size != x->h.md_size
+             || h.data_offset != x->h.data_offset || h.nunits != x->h.nunits) {
+      if (!foreign++)
+        snprintf (why, len, "header UUID %s, but another mode or geometry", a);
     }
-    r = 1;
   }
+  r = valid > 0 && foreign == 0;
+
+out:
   sodium_memzero (&h, sizeof h);
   free (buf);
   return r;
