@@ -77,6 +77,13 @@ struct cdev {
   bool manage_dirty, was_dirty;
   atomic_bool trust_newer, write_failed, clean_at_close;
   uint8_t *mk; /* sodium memory, for the header MAC */
+
+  /* After the lower device logged in again, its header is read before the
+   * next request (lower_check): another volume on the same LUN number
+   * (another UUID or geometry) and every request fails with ESHUTDOWN. */
+  pthread_mutex_t recheck;
+  atomic_uint_fast64_t lower_logins; /* when last checked */
+  atomic_bool replaced;
 };
 
 static struct cdev *
@@ -810,6 +817,115 @@ out:
   return r;
 }
 
+/* ---- is the lower device still this volume? ---- */
+
+static void
+uuid_text (const uint8_t uuid[static LG_UUID_BYTES], char out[static 33])
+{
+  for (int i = 0; i < LG_UUID_BYTES; i++)
+    snprintf (out + 2 * i, 3, "%02x", uuid[i]);
+}
+
+/* Reads both header copies from the lower device, without repairing
+ * either (this may not be our volume: nothing is written), and says
+ * whether they are this volume's: every valid copy with the same UUID,
+ * mode and geometry, and at least one valid.  1 yes, 0 no (what was found
+ * in why), -1 on a failed read. */
+static int
+header_is_ours (struct cdev *x, char *why, size_t len)
+{
+  static const uint64_t off[2] = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
+  uint8_t *buf = malloc (LG_HDR_SIZE);
+  struct lg_header h;
+  char a[33], b[33];
+  int r = -1, valid = 0, foreign = 0;
+
+  if (buf == NULL)
+    return -1;
+  uuid_text (x->h.uuid, a);
+  snprintf (why, len, "header UUID %s -> no valid lungate header", a);
+  for (int c = 0; c < 2; c++) {
+    if (lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]) < 0)
+      goto out;
+    if (lg_header_parse (buf, x->lower->size, &h, NULL, 0) < 0)
+      continue;
+    valid++;
+    if (sodium_memcmp (h.uuid, x->h.uuid, LG_UUID_BYTES) != 0) {
+      if (!foreign++) {
+        uuid_text (h.uuid, b);
+        snprintf (why, len, "header UUID %s -> %s", a, b);
+      }
+    }
+    else if (h.mode != x->h.mode || h.unit_size != x->h.unit_size
+             || h.md_offset != x->h.md_offset || h.md_size != x->h.md_size
+             || h.data_offset != x->h.data_offset || h.nunits != x->h.nunits) {
+      if (!foreign++)
+        snprintf (why, len, "header UUID %s, but another mode or geometry", a);
+    }
+  }
+  r = valid > 0 && foreign == 0;
+
+out:
+  sodium_memzero (&h, sizeof h);
+  free (buf);
+  return r;
+}
+
+/* Before each request: when the lower device logged in again since the
+ * header was last checked, check it again (under recheck, so that one
+ * request reads it while the others wait).  ESHUTDOWN from then on when
+ * the LUN now holds another volume: its units would fail authentication,
+ * and worse, our writes would land on it. */
+static int
+lower_check (struct cdev *x)
+{
+  struct lg_dev_transport t = { 0 };
+  int r = 0;
+
+  lg_dev_transport (x->lower, &t);
+  if (!atomic_load (&x->replaced)
+      && t.reconnects == atomic_load (&x->lower_logins))
+    return 0;
+  pthread_mutex_lock (&x->recheck);
+  lg_dev_transport (x->lower, &t);
+  if (!atomic_load (&x->replaced)
+      && t.reconnects != atomic_load (&x->lower_logins)) {
+    char why[160];
+    int ours = header_is_ours (x, why, sizeof why);
+
+    if (ours < 0 && errno == ESHUTDOWN) {
+      /* The lower device refuses every request from now on, and said
+       * why. */
+      atomic_store (&x->clean_at_close, false);
+      atomic_store (&x->replaced, true);
+    }
+    else if (ours < 0) {
+      int saved = errno;
+
+      pthread_mutex_unlock (&x->recheck);
+      lg_error ("%s: reading the header again after a reconnection: %m",
+                x->dev.name);
+      errno = saved ? saved : EIO;
+      return -1;
+    }
+    if (ours == 0) {
+      lg_error ("%s: the LUN holds another volume since the outage (%s): "
+                "refusing every request",
+                x->dev.name, why);
+      atomic_store (&x->clean_at_close, false);
+      atomic_store (&x->replaced, true);
+    }
+    else
+      atomic_store (&x->lower_logins, t.reconnects);
+  }
+  pthread_mutex_unlock (&x->recheck);
+  if (atomic_load (&x->replaced)) {
+    errno = ESHUTDOWN;
+    r = -1;
+  }
+  return r;
+}
+
 static int
 cdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 {
@@ -819,6 +935,8 @@ cdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   uint8_t *tmp;
   int r;
 
+  if (lower_check (x) < 0)
+    return -1;
   if (off % LG_UNIT_SIZE == 0 && count % LG_UNIT_SIZE == 0)
     return cdev_read_units (x, buf, u0, u1);
   tmp = malloc ((u1 - u0) * LG_UNIT_SIZE);
@@ -844,6 +962,8 @@ cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   const uint8_t *src = buf;
   int r = -1, saved;
 
+  if (lower_check (x) < 0)
+    return -1;
   span_init (&sp, u0, u1);
   span_lock (x, &sp, true);
   if (off % LG_UNIT_SIZE != 0 || count % LG_UNIT_SIZE != 0) {
@@ -890,6 +1010,8 @@ out:
 static int
 cdev_flush (struct lg_dev *d)
 {
+  if (lower_check (to_cdev (d)) < 0)
+    return -1;
   return lg_dev_flush (to_cdev (d)->lower);
 }
 
@@ -944,6 +1066,8 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
 static int
 cdev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
+  if (lower_check (to_cdev (d)) < 0)
+    return -1;
   return zero_range (to_cdev (d), count, off, true, flags);
 }
 
@@ -953,6 +1077,8 @@ cdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   if (flags & LG_FAST_ZERO) {
     /* A metadata write per 42 units is fast; the data is left alone. */
   }
+  if (lower_check (to_cdev (d)) < 0)
+    return -1;
   return zero_range (to_cdev (d), count, off, (flags & LG_MAY_TRIM) != 0,
                      flags);
 }
@@ -984,7 +1110,7 @@ cdev_close (struct lg_dev *d)
   struct cdev *x = to_cdev (d);
 
   if (x->manage_dirty && atomic_load (&x->clean_at_close)
-      && !atomic_load (&x->write_failed)) {
+      && !atomic_load (&x->write_failed) && !atomic_load (&x->replaced)) {
     /* Every write of the session completed: make them durable, then say
      * so in the header. */
     if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
@@ -999,6 +1125,7 @@ cdev_close (struct lg_dev *d)
   for (int i = 0; i < STRIPES; i++)
     pthread_rwlock_destroy (&x->stripe[i]);
   cache_destroy (&x->cache);
+  pthread_mutex_destroy (&x->recheck);
   sodium_free (x->key);
   sodium_memzero (x->prefix, sizeof x->prefix);
   sodium_free (x);
@@ -1013,7 +1140,9 @@ cdev_auth_failures (const struct lg_dev *d)
 static int
 cdev_revalidate (struct lg_dev *d)
 {
-  return lg_dev_revalidate (to_cdev (d)->lower);
+  if (lg_dev_revalidate (to_cdev (d)->lower) < 0)
+    return -1;
+  return lower_check (to_cdev (d));
 }
 
 static void
@@ -1078,6 +1207,14 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   atomic_init (&x->auth_failures, 0);
   for (int i = 0; i < STRIPES; i++)
     pthread_rwlock_init (&x->stripe[i], NULL);
+  pthread_mutex_init (&x->recheck, NULL);
+  {
+    struct lg_dev_transport t = { 0 };
+
+    lg_dev_transport (lower, &t);
+    atomic_init (&x->lower_logins, t.reconnects);
+  }
+  atomic_init (&x->replaced, false);
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s", lower->name);
   x->dev.ops = &cdev_ops;

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +54,9 @@ struct idev {
   pthread_mutex_t reval;
   atomic_uint epoch;              /* the pool's epoch when last validated */
   atomic_bool gone;               /* no longer the LUN that was opened */
-  char gone_msg[256];             /* set once, before gone */
+  char gone_msg[512];             /* set once, before gone */
   uint64_t seen_size;             /* the last capacity reported (under reval) */
+  unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
@@ -89,11 +91,26 @@ pool_epoch (struct idev *x)
 
 /* Before each request: is the LUN still the one that was opened?  After
  * a new login or a unit attention (reset, capacity or LUN inventory
- * changed) the LUN is probed again: another kind of device, another block
- * size, another vendor or product, or no medium, and every request fails
- * from then on (ESHUTDOWN) rather than serve another disk's data.  A new
- * capacity is logged; the device takes it when follow_resize is set (the
- * FUSE file), else it keeps serving the old size. */
+ * changed) the LUN is probed again, before anything else is sent.
+ *
+ * What must not change, ever: the kind of device, the block size, the
+ * vendor and product, the unit serial number (VPD 0x80) and the
+ * designators of the logical unit (VPD 0x83) where the target gives them,
+ * and a medium must be there.  After a new login (the target may have
+ * been reconfigured while the gateway waited: the LUN number may now name
+ * another backing store) the capacity must not change either.  A LUN that
+ * changed fails every request from then on (ESHUTDOWN), with one message
+ * saying what differs: nothing is read from or written to another disk.
+ *
+ * A new capacity on a live session (a CAPACITY DATA HAS CHANGED unit
+ * attention, or the periodic poll) is a resize: it is logged, and the
+ * device takes it when follow_resize is set (the FUSE file), else keeps
+ * serving the old size.
+ *
+ * XXX: a command already queued in the pool when the connection broke is
+ * sent again by the session right after the new login, before this check
+ * can run (src/iscsi/session.c); only requests that arrive after the
+ * login are held to it. */
 static int64_t
 mono_ms (void)
 {
@@ -101,6 +118,62 @@ mono_ms (void)
 
   clock_gettime (CLOCK_MONOTONIC, &ts);
   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Appends ", " (unless buf is empty) and a formatted item to buf. */
+static void __attribute__ ((format (printf, 3, 4)))
+append (char *buf, size_t len, const char *fmt, ...)
+{
+  size_t k = strlen (buf);
+  va_list ap;
+
+  if (k > 0 && k + 2 < len) {
+    memcpy (buf + k, ", ", 3);
+    k += 2;
+  }
+  if (k + 1 >= len)
+    return;
+  va_start (ap, fmt);
+  vsnprintf (buf + k, len - k, fmt, ap);
+  va_end (ap);
+}
+
+/* What differs between the LUN as opened (x->info, x->seen_size) and li,
+ * in words, into buf; 0 when it is the same LUN.  relogin: the capacity
+ * counts. */
+static int
+identity_diff (const struct idev *x, const struct lg_lun_info *li, bool relogin,
+               char *buf, size_t len)
+{
+  int n;
+
+  buf[0] = '\0';
+  if (!li->is_disk) {
+    append (buf, len, "device type disk -> %s", li->type_name);
+    return 1;
+  }
+  if (li->no_medium) {
+    append (buf, len, "no medium");
+    return 1;
+  }
+  n = lg_lun_ident_diff (&x->info.ident, &li->ident, buf, len);
+  if (li->block_size != x->bs) {
+    append (buf, len, "block size %" PRIu32 " -> %" PRIu32, x->bs,
+            li->block_size);
+    n++;
+  }
+  if (strcmp (li->vendor, x->info.vendor) != 0
+      || strcmp (li->product, x->info.product) != 0) {
+    append (buf, len, "vendor and product %s %s -> %s %s", x->info.vendor,
+            x->info.product, li->vendor, li->product);
+    n++;
+  }
+  if (relogin && li->size != x->seen_size) {
+    append (buf, len, "capacity %" PRIu64 " -> %" PRIu64 " bytes", x->seen_size,
+            li->size);
+    n++;
+  }
+  return n;
 }
 
 static int
@@ -115,10 +188,13 @@ revalidate (struct idev *x, bool poll)
   e = pool_epoch (x);
   stale = poll && mono_ms () - atomic_load (&x->checked_ms) >= POLL_MS;
   if (!atomic_load (&x->gone) && (e != atomic_load (&x->epoch) || stale)) {
+    unsigned logins = lg_pool_reconnects (x->pool);
+    bool relogin = logins != x->seen_logins;
     struct lg_lun_info li;
-    char err[256];
+    char err[256], diff[384];
 
-    lg_debug ("%s: checking the LUN again (it may have changed)", x->dev.name);
+    lg_debug ("%s: checking the LUN again (%s)", x->dev.name,
+              relogin ? "logged in again" : "it may have changed");
     if (lg_lun_probe (x->pool, x->lun, &li, err, sizeof err) < 0) {
       int saved = errno;
 
@@ -127,17 +203,25 @@ revalidate (struct idev *x, bool poll)
       errno = saved ? saved : EIO;
       return -1;
     }
-    if (!li.is_disk || li.no_medium || li.block_size != x->bs
-        || strcmp (li.vendor, x->info.vendor) != 0
-        || strcmp (li.product, x->info.product) != 0) {
-      snprintf (x->gone_msg, sizeof x->gone_msg,
-                "%s: the LUN changed under the gateway (%s): refusing to "
-                "serve it",
-                x->dev.name,
-                !li.is_disk                  ? "no longer a disk"
-                    : li.no_medium           ? "no medium"
-                    : li.block_size != x->bs ? "another block size"
-                                             : "another vendor or product");
+    if (identity_diff (x, &li, relogin, diff, sizeof diff) > 0) {
+      if (relogin)
+        snprintf (x->gone_msg, sizeof x->gone_msg,
+                  "%s: the LUN changed identity during the outage (%s): "
+                  "refusing every request",
+                  x->dev.name, diff);
+      else /* the first words are the ones test-mount-resize.sh knows */
+        snprintf (x->gone_msg, sizeof x->gone_msg,
+                  "%s: the LUN changed under the gateway (%s): refusing to "
+                  "serve it (%s)",
+                  x->dev.name,
+                  !li.is_disk                  ? "no longer a disk"
+                      : li.no_medium           ? "no medium"
+                      : li.block_size != x->bs ? "another block size"
+                      : strcmp (li.vendor, x->info.vendor) != 0
+                          || strcmp (li.product, x->info.product) != 0
+                      ? "another vendor or product"
+                      : "another serial or designators",
+                  diff);
       lg_error ("%s", x->gone_msg);
       atomic_store (&x->gone, true);
     }
@@ -156,12 +240,14 @@ revalidate (struct idev *x, bool poll)
                                        : "");
       x->seen_size = li.size;
     }
+    x->seen_logins = logins;
     atomic_store (&x->epoch, e);
     atomic_store (&x->checked_ms, mono_ms ());
   }
   pthread_mutex_unlock (&x->reval);
   if (atomic_load (&x->gone)) {
-    lg_error ("%s", x->gone_msg);
+    /* Said once, when it was found. */
+    lg_debug ("%s", x->gone_msg);
     errno = ESHUTDOWN;
     return -1;
   }
@@ -846,6 +932,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   for (int i = 0; i < RMW_STRIPES; i++)
     pthread_mutex_init (&x->rmw[i], NULL);
   pthread_mutex_init (&x->reval, NULL);
+  x->seen_logins = lg_pool_reconnects (p);
   atomic_init (&x->epoch, pool_epoch (x));
   atomic_init (&x->gone, false);
   atomic_init (&x->checked_ms, mono_ms ());

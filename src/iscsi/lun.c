@@ -72,6 +72,19 @@ get32 (const unsigned char *p)
       | p[3];
 }
 
+static uint16_t
+get16 (const unsigned char *p)
+{
+  return (uint16_t) (p[0] << 8 | p[1]);
+}
+
+static void
+put16 (unsigned char *p, uint16_t v)
+{
+  p[0] = (unsigned char) (v >> 8);
+  p[1] = (unsigned char) v;
+}
+
 static void
 put32 (unsigned char *p, uint32_t v)
 {
@@ -81,10 +94,32 @@ put32 (unsigned char *p, uint32_t v)
   p[3] = (unsigned char) v;
 }
 
+/* The bytes of whole descriptors in a VPD 0x83 page of n bytes: the walk
+ * stops at the first descriptor whose header or designator does not fit
+ * in the page length or in what arrived. */
+static uint16_t
+desig_fit (const unsigned char *d, uint32_t n)
+{
+  uint32_t end, p = 4;
+
+  if (n < 4)
+    return 0;
+  end = 4 + get16 (d + 2);
+  if (end > n)
+    end = n;
+  while (p + 4 <= end && p + 4 + d[p + 3] <= end)
+    p += 4 + d[p + 3];
+  return (uint16_t) (p - 4);
+}
+
 /* In-band lengths that libiscsi believes, cut to what arrived: n bytes
  * (at least 4, or an INQUIRY reply padded above).  libiscsi 1.19 allocates
  * for and walks a REPORT LUNS list as long as the reply claims (up to 4
- * GiB), and reads a GET LBA STATUS length of 2^31 or more as negative. */
+ * GiB), and reads a GET LBA STATUS length of 2^31 or more as negative.
+ * It copies a unit serial number as long as its page length says, and
+ * walks device identification descriptors by their own lengths past the
+ * end of the page and of the buffer: the page length is cut to the whole
+ * descriptors that arrived. */
 static void
 clamp_lengths (struct scsi_task *task, uint32_t n)
 {
@@ -100,9 +135,18 @@ clamp_lengths (struct scsi_task *task, uint32_t n)
         && get32 (d) > (n >= 8 ? 4 + (n - 8) / 16 * 16 : 0))
       put32 (d, n >= 8 ? 4 + (n - 8) / 16 * 16 : 0);
     break;
-  case SCSI_OPCODE_INQUIRY: /* supported VPD pages: a count in byte 3 */
-    if ((task->cdb[1] & 1) && task->cdb[2] == 0 && d[3] > (n >= 4 ? n - 4 : 0))
+  case SCSI_OPCODE_INQUIRY:
+    if (!(task->cdb[1] & 1))
+      break;
+    /* Supported VPD pages (a count in byte 3), unit serial number (a
+     * length in byte 3). */
+    if ((task->cdb[2] == SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES
+         || task->cdb[2] == SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER)
+        && d[3] > (n >= 4 ? n - 4 : 0))
       d[3] = (unsigned char) (n >= 4 ? n - 4 : 0);
+    /* Device identification: a 16-bit length, then descriptors. */
+    if (task->cdb[2] == SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION)
+      put16 (d + 2, desig_fit (d, n));
     break;
   default:
     break;
@@ -132,15 +176,145 @@ lg_datain_unmarshall (struct scsi_task *task)
   return scsi_datain_unmarshall (task);
 }
 
+/* ---- identity: VPD 0x80 and 0x83, parsed by hand ---- */
+
+int
+lg_vpd_serial_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id)
+{
+  size_t len, a, b, k = 0;
+
+  if (d == NULL || n < 4 || d[1] != SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER)
+    return -1;
+  len = d[3] < n - 4 ? d[3] : n - 4;
+  /* tgt right-adjusts its serial in spaces; others pad it on the right. */
+  a = 4;
+  b = 4 + len;
+  while (a < b && (d[a] == ' ' || d[a] == '\0'))
+    a++;
+  while (b > a && (d[b - 1] == ' ' || d[b - 1] == '\0'))
+    b--;
+  for (size_t i = a; i < b && k < LG_SERIAL_MAX; i++)
+    id->serial[k++] = d[i] >= 0x20 && d[i] <= 0x7e ? (char) d[i] : '?';
+  id->serial[k] = '\0';
+  id->has_serial = k > 0;
+  return 0;
+}
+
+static void
+desig_name (char *out, size_t len, const uint8_t *dd, size_t dl, int type)
+{
+  size_t k;
+
+  if (type == 1) { /* T10 vendor ID: text */
+    k = (size_t) snprintf (out, len, "t10.");
+    /* tgt pads it with NULs. */
+    for (size_t i = 0; i < dl && dd[i] != '\0' && k + 1 < len; i++)
+      out[k++] = dd[i] >= 0x20 && dd[i] <= 0x7e ? (char) dd[i] : '?';
+    while (k > 4 && out[k - 1] == ' ')
+      k--;
+    out[k] = '\0';
+    return;
+  }
+  k = (size_t) snprintf (out, len, "%s", type == 2 ? "eui." : "naa.");
+  for (size_t i = 0; i < dl && k + 2 < len; i++, k += 2)
+    snprintf (out + k, 3, "%02x", dd[i]);
+}
+
+int
+lg_vpd_desig_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id)
+{
+  size_t end, p = 4, used = 0;
+  bool full = false;
+
+  if (d == NULL || n < 4 || d[1] != SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION)
+    return -1;
+  end = 4 + (size_t) get16 (d + 2);
+  if (end > n)
+    end = n;
+  id->desig_name[0] = '\0';
+  while (p + 4 <= end && p + 4 + d[p + 3] <= end) {
+    size_t dl = d[p + 3];
+    int assoc = (d[p + 1] >> 4) & 3, type = d[p + 1] & 0x0f;
+
+    /* Association 0: the logical unit (not the port or the target). */
+    if (assoc == 0 && !full) {
+      if (used + 4 + dl > LG_DESIG_MAX)
+        full = true;
+      else {
+        memcpy (id->desig + used, d + p, 4 + dl);
+        used += 4 + dl;
+        if (id->desig_name[0] == '\0' && dl > 0 && type >= 1 && type <= 3)
+          desig_name (id->desig_name, sizeof id->desig_name, d + p + 4, dl,
+                      type);
+      }
+    }
+    p += 4 + dl;
+  }
+  id->desig_len = used;
+  id->has_desig = used > 0;
+  return 0;
+}
+
+/* Appends "what a -> b" to buf (at *k), separated by ", ". */
+static void
+say_diff (char *buf, size_t len, size_t *k, const char *what, const char *a,
+          const char *b)
+{
+  int r;
+
+  if (*k >= len)
+    return;
+  r = snprintf (buf + *k, len - *k, "%s%s %s -> %s", *k ? ", " : "", what, a,
+                b);
+  if (r > 0)
+    *k += (size_t) r < len - *k ? (size_t) r : len - *k;
+}
+
+int
+lg_lun_ident_diff (const struct lg_lun_ident *a, const struct lg_lun_ident *b,
+                   char *buf, size_t len)
+{
+  size_t k = 0;
+  int n = 0;
+
+  if (len > 0)
+    buf[0] = '\0';
+  if (a->has_serial && (!b->has_serial || strcmp (a->serial, b->serial) != 0)) {
+    say_diff (buf, len, &k, "serial", a->serial,
+              b->has_serial ? b->serial : "(none)");
+    n++;
+  }
+  if (a->has_desig
+      && (!b->has_desig || a->desig_len != b->desig_len
+          || memcmp (a->desig, b->desig, a->desig_len) != 0)) {
+    /* The printable forms may be equal when another designator differs. */
+    if (b->has_desig && strcmp (a->desig_name, b->desig_name) == 0)
+      say_diff (buf, len, &k, "designators",
+                a->desig_name[0] ? a->desig_name : "(unnamed)",
+                "others with the same first one");
+    else
+      say_diff (buf, len, &k, "designator",
+                a->desig_name[0] ? a->desig_name : "(unnamed)",
+                !b->has_desig          ? "(none)"
+                    : b->desig_name[0] ? b->desig_name
+                                       : "(unnamed)");
+    n++;
+  }
+  return n;
+}
+
 /* Runs task and unmarshalls its data-in.  NULL on failure, with errno and
- * err set; the caller still frees the task. */
+ * err set; the caller still frees the task.  *unsent (when not NULL) says
+ * whether the command itself failed rather than its reply. */
 static void *
 run (const struct lg_lun_io *io, int lun, struct scsi_task *task,
-     const char *what, char *err, size_t errlen)
+     const char *what, char *err, size_t errlen, bool *unsent)
 {
   char msg[256];
   void *data;
 
+  if (unsent)
+    *unsent = false;
   if (task == NULL) {
     snprintf (err, errlen, "%s: out of memory", what);
     errno = ENOMEM;
@@ -149,6 +323,8 @@ run (const struct lg_lun_io *io, int lun, struct scsi_task *task,
   if (io->task (io->opaque, lun, task, msg, sizeof msg) < 0) {
     int saved = errno;
 
+    if (unsent)
+      *unsent = true;
     snprintf (err, errlen, "%s/%d: %s: %s", io->target, lun, what, msg);
     errno = saved;
     return NULL;
@@ -163,6 +339,18 @@ run (const struct lg_lun_io *io, int lun, struct scsi_task *task,
     errno = EIO;
   }
   return data;
+}
+
+/* A VPD page that did not come: the target refusing it (CHECK CONDITION)
+ * or sending garbage means it does not give it; the command not going
+ * through, or no memory, fails the probe (errno and err are set). */
+static bool
+page_fatal (const struct scsi_task *task, bool unsent)
+{
+  if (errno == ENOMEM)
+    return true;
+  return unsent
+      && (task == NULL || task->status != SCSI_STATUS_CHECK_CONDITION);
 }
 
 static int
@@ -181,14 +369,15 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
   struct scsi_task *task;
   struct scsi_inquiry_standard *inq;
   struct scsi_readcapacity16 *rc;
-  bool has_b0 = false, has_b2 = false;
+  bool unsent;
+  bool has_b0 = false, has_b2 = false, has_80 = false, has_83 = false;
   int r = -1;
 
   memset (info, 0, sizeof *info);
   info->lun = lun;
 
   task = scsi_cdb_inquiry (0, 0, 255);
-  inq = run (io, lun, task, "INQUIRY", err, errlen);
+  inq = run (io, lun, task, "INQUIRY", err, errlen, NULL);
   if (inq == NULL) {
     if (errno == ESHUTDOWN) /* LOGICAL UNIT NOT SUPPORTED */
       r = not_found (io, lun, err, errlen);
@@ -217,26 +406,32 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
   }
   info->is_disk = true;
 
-  /* Supported VPD pages: ask only for the pages the LUN has. */
+  /* Supported VPD pages: ask only for the pages the LUN has.  The list
+   * and the identity pages must arrive when the target has them: a
+   * revalidation that lost them to a broken connection would take the
+   * same LUN for another one. */
   {
     struct scsi_inquiry_supported_pages *sp;
-    char ignore[256];
 
     task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES, 255);
-    sp = run (io, lun, task, "INQUIRY VPD 0x00", ignore, sizeof ignore);
+    sp = run (io, lun, task, "INQUIRY VPD 0x00", err, errlen, &unsent);
     if (sp) {
       for (int i = 0; i < sp->num_pages && i < 255; i++) {
         has_b0 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS;
         has_b2
             |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING;
+        has_80 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER;
+        has_83 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION;
       }
     }
+    else if (page_fatal (task, unsent))
+      goto out;
     scsi_free_scsi_task (task);
     task = NULL;
   }
 
   task = scsi_cdb_readcapacity16 ();
-  rc = run (io, lun, task, "READ CAPACITY(16)", err, errlen);
+  rc = run (io, lun, task, "READ CAPACITY(16)", err, errlen, NULL);
   if (rc == NULL) {
     if (task && task->status == SCSI_STATUS_CHECK_CONDITION
         && task->sense.key == SCSI_SENSE_NOT_READY) {
@@ -276,7 +471,7 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
     char ignore[256];
 
     task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
-    bl = run (io, lun, task, "INQUIRY VPD 0xB0", ignore, sizeof ignore);
+    bl = run (io, lun, task, "INQUIRY VPD 0xB0", ignore, sizeof ignore, NULL);
     if (bl) {
       info->has_block_limits = true;
       info->max_xfer_blocks = bl->max_xfer_len;
@@ -296,7 +491,7 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
 
     task = scsi_cdb_inquiry (
         1, SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
-    lbp = run (io, lun, task, "INQUIRY VPD 0xB2", ignore, sizeof ignore);
+    lbp = run (io, lun, task, "INQUIRY VPD 0xB2", ignore, sizeof ignore, NULL);
     if (lbp) {
       info->has_lbp = true;
       info->lbpu = lbp->lbpu != 0;
@@ -305,6 +500,30 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
       info->anc_sup = lbp->anc_sup != 0;
       info->provisioning_type = lbp->provisioning_type;
     }
+    scsi_free_scsi_task (task);
+    task = NULL;
+  }
+
+  /* Identity: parsed from the raw page, after run () cut its lengths to
+   * what arrived (and padded a short reply with zeroes). */
+  if (has_80) {
+    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER, 255);
+    if (run (io, lun, task, "INQUIRY VPD 0x80", err, errlen, &unsent) != NULL)
+      lg_vpd_serial_parse (task->datain.data, (size_t) task->datain.size,
+                           &info->ident);
+    else if (page_fatal (task, unsent))
+      goto out;
+    scsi_free_scsi_task (task);
+    task = NULL;
+  }
+  if (has_83) {
+    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION,
+                             1024);
+    if (run (io, lun, task, "INQUIRY VPD 0x83", err, errlen, &unsent) != NULL)
+      lg_vpd_desig_parse (task->datain.data, (size_t) task->datain.size,
+                          &info->ident);
+    else if (page_fatal (task, unsent))
+      goto out;
     scsi_free_scsi_task (task);
     task = NULL;
   }
@@ -339,7 +558,7 @@ lg_report_luns_io (const struct lg_lun_io *io, int **luns, size_t *n, char *err,
 
   *luns = NULL;
   *n = 0;
-  list = run (io, 0, task, "REPORT LUNS", err, errlen);
+  list = run (io, 0, task, "REPORT LUNS", err, errlen, NULL);
   if (list == NULL)
     goto out;
   *luns = calloc (list->num ? list->num : 1, sizeof **luns);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* What a LUN is: INQUIRY (standard, Block Limits and Logical Block
- * Provisioning VPD pages), READ CAPACITY(16), MODE SENSE for write
- * protection; and REPORT LUNS for a target. */
+/* What a LUN is: INQUIRY (standard, Unit Serial Number, Device
+ * Identification, Block Limits and Logical Block Provisioning VPD pages),
+ * READ CAPACITY(16), MODE SENSE for write protection; and REPORT LUNS for
+ * a target. */
 #ifndef LG_LUN_H
 #define LG_LUN_H
 
@@ -13,6 +14,24 @@
 #include <iscsi/scsi-lowlevel.h>
 
 #include "iscsi/pool.h"
+
+/* Bounds on what is kept of VPD 0x80 and 0x83: a longer serial is cut
+ * (and compared cut), longer designators are cut at a whole descriptor. */
+#define LG_SERIAL_MAX 64
+#define LG_DESIG_MAX 512
+#define LG_DESIG_NAME_MAX 80
+
+/* What names a logical unit (VPD 0x80 and 0x83). */
+struct lg_lun_ident {
+  bool has_serial;                /* VPD 0x80, non-empty */
+  char serial[LG_SERIAL_MAX + 1]; /* printable, spaces trimmed */
+  bool has_desig;                 /* VPD 0x83 with a designator of the LU */
+  size_t desig_len;
+  uint8_t desig[LG_DESIG_MAX]; /* the raw descriptors of LU association */
+  /* The first NAA, EUI-64 or T10 designator, printable ("naa.6...",
+   * "eui.0...", "t10.IET 00010001"); empty when there is none. */
+  char desig_name[LG_DESIG_NAME_MAX];
+};
 
 struct lg_lun_info {
   int lun;
@@ -46,7 +65,28 @@ struct lg_lun_info {
   int provisioning_type; /* 0 none, 1 resource, 2 thin */
 
   bool write_protected; /* MODE SENSE WP bit */
+
+  struct lg_lun_ident ident; /* VPD 0x80 and 0x83, where listed */
 };
+
+/* The serial number in a VPD 0x80 reply of n bytes (as the target sent
+ * them, or padded): printable, leading and trailing spaces trimmed, cut at
+ * LG_SERIAL_MAX.  0, or -1 when the page is malformed (then nothing is
+ * set). */
+int lg_vpd_serial_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id);
+
+/* The designators of the logical unit (association 0) in a VPD 0x83 reply
+ * of n bytes: the page length and each descriptor's are checked against n;
+ * the walk stops at the first descriptor that does not fit.  0, or -1 when
+ * the page is malformed (then nothing is set). */
+int lg_vpd_desig_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id);
+
+/* What differs between two identities, in words for a message
+ * ("serial beaf11 -> beaf12"); 0 when a and b name the same LU.  Where a
+ * (the LU as it was opened) has no serial or designators, they are not
+ * compared; where a has them and b lacks them, they differ. */
+int lg_lun_ident_diff (const struct lg_lun_ident *a,
+                       const struct lg_lun_ident *b, char *buf, size_t len);
 
 /* How the probe sends a command: the pool's in the gateway, replies made
  * up from the input in the fuzzer.  task() runs task and returns 0, or -1

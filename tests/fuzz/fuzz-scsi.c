@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* libFuzzer harness for what a target says in reply to the commands that
- * describe a LUN: REPORT LUNS, INQUIRY (standard and VPD 0x00, 0xB0,
- * 0xB2), READ CAPACITY(16), MODE SENSE(6), and GET LBA STATUS.  Each
+ * describe a LUN: REPORT LUNS, INQUIRY (standard and VPD 0x00, 0x80, 0x83,
+ * 0xB0, 0xB2), READ CAPACITY(16), MODE SENSE(6), and GET LBA STATUS.  Each
  * command gets the next reply from the input (a status byte, a 16-bit
  * length, that many data-in bytes); libiscsi unmarshalls it as it does for
  * a real target and lungate's probe and extent code take it from there.
  * Never a crash, and what comes out holds: a disk's block size is a power
  * of two from 512 to 65536 and its size does not overflow, names are
- * printable, extents run in order inside the range asked for. */
+ * printable (the serial and the designator's name too), the designators
+ * kept fit their bound, extents run in order inside the range asked for. */
 #include <config.h>
 
 #include <errno.h>
@@ -128,6 +129,13 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   printable (info.vendor);
   printable (info.product);
   printable (info.revision);
+  printable (info.ident.serial);
+  printable (info.ident.desig_name);
+  if (strlen (info.ident.serial) > LG_SERIAL_MAX
+      || info.ident.desig_len > LG_DESIG_MAX
+      || info.ident.has_desig != (info.ident.desig_len > 0)
+      || lg_lun_ident_diff (&info.ident, &info.ident, err, sizeof err) != 0)
+    abort ();
   if (!info.is_disk || info.no_medium)
     return 0;
   if (info.block_size < 512 || info.block_size > 65536

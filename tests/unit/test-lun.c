@@ -5,6 +5,8 @@
 #include <config.h>
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,4 +156,350 @@ Test (lun, lba_status_walk)
   cr_assert_eq (s.n, 0);
   cr_assert_eq (
       lg_lba_status_walk (NULL, 11, 200, 1000, 512, record, &s, &stopped), 11);
+}
+
+/* ---- identity: VPD 0x80 and 0x83 ---- */
+
+/* tgt 1.0.85's VPD 0x83 for tid 1, LUN 1: a T10 vendor ID descriptor of
+ * 36 bytes ("IET     00010001", NUL-padded), NAA locally assigned
+ * (tid << 32 | lun), NAA IEEE registered extended (from the same string's
+ * hex digits); all of association 0 (the logical unit). */
+static size_t
+tgt_page83 (unsigned char *d, unsigned tid, unsigned lun)
+{
+  size_t p = 4;
+  char id[37];
+
+  memset (d, 0, 80);
+  d[1] = 0x83;
+  d[p] = 2; /* ASCII */
+  d[p + 1] = 1;
+  d[p + 3] = 36;
+  snprintf (id, sizeof id, "IET     %04x%04x", tid, lun);
+  memcpy (d + p + 4, id, strlen (id));
+  p += 40;
+  d[p] = 1; /* binary */
+  d[p + 1] = 3;
+  d[p + 3] = 8;
+  d[p + 4] = 0x30;
+  d[p + 7] = (unsigned char) tid;
+  d[p + 11] = (unsigned char) lun;
+  p += 12;
+  d[p] = 1;
+  d[p + 1] = 3;
+  d[p + 3] = 16;
+  d[p + 4] = 0x60;
+  d[p + 19] = (unsigned char) lun;
+  p += 20;
+  d[3] = (unsigned char) (p - 4);
+  return p;
+}
+
+Test (lun, serial_tgt)
+{
+  /* tgt right-adjusts "beaf11" in 36 spaces. */
+  unsigned char d[40];
+  struct lg_lun_ident id = { 0 };
+
+  memset (d, ' ', sizeof d);
+  d[0] = 0;
+  d[1] = 0x80;
+  d[2] = 0;
+  d[3] = 36;
+  memcpy (d + 40 - 6, "beaf11", 6);
+  cr_assert_eq (lg_vpd_serial_parse (d, sizeof d, &id), 0);
+  cr_assert (id.has_serial);
+  cr_assert_str_eq (id.serial, "beaf11");
+}
+
+Test (lun, serial_lying_length)
+{
+  /* Claims 200 bytes, 6 arrived; what follows in memory is never read. */
+  unsigned char d[64];
+  struct lg_lun_ident id = { 0 };
+
+  memset (d, 0xaa, sizeof d);
+  memcpy (d,
+          "\0\x80\0\xc8"
+          "ab\x01 cd",
+          10);
+  cr_assert_eq (lg_vpd_serial_parse (d, 10, &id), 0);
+  cr_assert_str_eq (id.serial, "ab? cd");
+
+  /* Truncated header, another page, NULL. */
+  cr_assert_eq (lg_vpd_serial_parse (d, 3, &id), -1);
+  d[1] = 0x83;
+  cr_assert_eq (lg_vpd_serial_parse (d, 10, &id), -1);
+  cr_assert_eq (lg_vpd_serial_parse (NULL, 10, &id), -1);
+  cr_assert_str_eq (id.serial, "ab? cd");
+
+  /* Only spaces: no serial. */
+  memcpy (d, "\0\x80\0\x04    ", 8);
+  cr_assert_eq (lg_vpd_serial_parse (d, 8, &id), 0);
+  cr_assert (!id.has_serial);
+}
+
+Test (lun, serial_cut)
+{
+  unsigned char d[4 + 255];
+  struct lg_lun_ident id = { 0 };
+
+  memset (d, 'x', sizeof d);
+  d[0] = 0;
+  d[1] = 0x80;
+  d[2] = 0;
+  d[3] = 255;
+  cr_assert_eq (lg_vpd_serial_parse (d, sizeof d, &id), 0);
+  cr_assert_eq (strlen (id.serial), LG_SERIAL_MAX);
+}
+
+Test (lun, desig_tgt)
+{
+  unsigned char d[80];
+  size_t n = tgt_page83 (d, 1, 1);
+  struct lg_lun_ident a = { 0 }, b = { 0 };
+  char msg[256];
+
+  cr_assert_eq (n, 76);
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &a), 0);
+  cr_assert (a.has_desig);
+  cr_assert_eq (a.desig_len, 72);
+  cr_assert_str_eq (a.desig_name, "t10.IET     00010001");
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &b), 0);
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 0);
+
+  /* LUN 2 of the same target. */
+  tgt_page83 (d, 1, 2);
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &b), 0);
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 1);
+  cr_assert_str_eq (msg,
+                    "designator t10.IET     00010001 -> "
+                    "t10.IET     00010002");
+
+  /* Same first descriptor, another NAA. */
+  tgt_page83 (d, 1, 1);
+  d[4 + 40 + 4 + 7] = 9;
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &b), 0);
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 1);
+  cr_assert (strstr (msg, "others with the same first one") != NULL);
+}
+
+Test (lun, desig_lying_lengths)
+{
+  unsigned char d[80 + 512];
+  size_t n;
+  struct lg_lun_ident id = { 0 };
+
+  memset (d, 0xaa, sizeof d);
+  n = tgt_page83 (d, 1, 1);
+
+  /* The page claims 64 KiB: only what arrived is walked. */
+  d[2] = 0xff;
+  d[3] = 0xff;
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &id), 0);
+  cr_assert_eq (id.desig_len, 72);
+
+  /* Cut inside the third descriptor: the first two are kept. */
+  cr_assert_eq (lg_vpd_desig_parse (d, n - 1, &id), 0);
+  cr_assert_eq (id.desig_len, 52);
+
+  /* The second descriptor claims 255 bytes: the walk stops before it. */
+  d[4 + 40 + 3] = 255;
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &id), 0);
+  cr_assert_eq (id.desig_len, 40);
+
+  /* A header cut in the middle. */
+  cr_assert_eq (lg_vpd_desig_parse (d, 6, &id), 0);
+  cr_assert (!id.has_desig);
+  cr_assert_eq (lg_vpd_desig_parse (d, 3, &id), -1);
+  d[1] = 0x80;
+  cr_assert_eq (lg_vpd_desig_parse (d, n, &id), -1);
+}
+
+Test (lun, desig_only_lu_association_bounded)
+{
+  /* A target port descriptor (association 1) is not the LU's; 40 LU
+   * descriptors of 20 bytes are cut at LG_DESIG_MAX, at a whole one. */
+  unsigned char d[4 + 24 + 40 * 20];
+  struct lg_lun_ident id = { 0 };
+  size_t p = 4;
+
+  memset (d, 0, sizeof d);
+  d[1] = 0x83;
+  d[p + 1] = 0x10 | 3;
+  d[p + 3] = 20;
+  p += 24;
+  for (int i = 0; i < 40; i++, p += 20) {
+    d[p + 1] = 2; /* EUI-64 */
+    d[p + 3] = 16;
+    d[p + 4] = (unsigned char) i;
+  }
+  d[2] = (unsigned char) ((p - 4) >> 8);
+  d[3] = (unsigned char) (p - 4);
+  cr_assert_eq (lg_vpd_desig_parse (d, p, &id), 0);
+  cr_assert_eq (id.desig_len, LG_DESIG_MAX / 20 * 20);
+  cr_assert_eq (id.desig[1], 2);
+  cr_assert (strncmp (id.desig_name, "eui.00000000", 12) == 0);
+}
+
+Test (lun, desig_page_cut_for_libiscsi)
+{
+  /* libiscsi walks descriptors by their own lengths: the page length is cut
+   * to the whole descriptors that arrived before it unmarshalls. */
+  unsigned char d[80];
+  size_t n = tgt_page83 (d, 1, 1);
+  struct scsi_task *t;
+  struct scsi_inquiry_device_identification *di;
+  int k = 0;
+
+  d[2] = 0xff;
+  d[4 + 40 + 12 + 3] = 200; /* the third descriptor lies */
+  t = reply (scsi_cdb_inquiry (1, 0x83, 1024), d, n);
+  di = lg_datain_unmarshall (t);
+  cr_assert_not_null (di);
+  for (struct scsi_inquiry_device_designator *x = di->designators; x;
+       x = x->next)
+    k++;
+  cr_assert_eq (k, 2);
+  cr_assert_eq (t->datain.data[2] << 8 | t->datain.data[3], 52);
+  scsi_free_scsi_task (t);
+
+  /* The serial's length byte is cut too. */
+  {
+    static const unsigned char s[8] = { 0, 0x80, 0, 250, 'a', 'b', 'c', 'd' };
+    struct scsi_inquiry_unit_serial_number *u;
+
+    t = reply (scsi_cdb_inquiry (1, 0x80, 255), s, sizeof s);
+    u = lg_datain_unmarshall (t);
+    cr_assert_not_null (u);
+    cr_assert_str_eq (u->usn, "abcd");
+    scsi_free_scsi_task (t);
+  }
+}
+
+Test (lun, ident_diff)
+{
+  struct lg_lun_ident a = { 0 }, b = { 0 };
+  char msg[256];
+
+  /* Nothing known at open: nothing to compare. */
+  b.has_serial = true;
+  snprintf (b.serial, sizeof b.serial, "x");
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 0);
+  cr_assert_str_eq (msg, "");
+
+  a.has_serial = true;
+  snprintf (a.serial, sizeof a.serial, "beaf11");
+  snprintf (b.serial, sizeof b.serial, "beaf12");
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 1);
+  cr_assert_str_eq (msg, "serial beaf11 -> beaf12");
+
+  /* Known at open, gone now: differs. */
+  b.has_serial = false;
+  a.has_desig = true;
+  a.desig_len = 4;
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, sizeof msg), 2);
+  cr_assert_str_eq (msg,
+                    "serial beaf11 -> (none), designator (unnamed) -> (none)");
+
+  /* A short buffer is cut, never overrun. */
+  cr_assert_eq (lg_lun_ident_diff (&a, &b, msg, 10), 2);
+  cr_assert_eq (strlen (msg), 9);
+}
+
+/* The probe over made-up replies: tgt's pages, then a connection lost
+ * while VPD 0x80 is read. */
+struct script {
+  int n, fail_at;
+};
+
+static int
+script_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+             size_t len)
+{
+  struct script *s = opaque;
+  unsigned char d[255];
+  size_t n = 0;
+
+  (void) lun;
+  if (s->n++ == s->fail_at) {
+    snprintf (msg, len, "connection lost");
+    errno = EIO;
+    return -1;
+  }
+  memset (d, 0, sizeof d);
+  if (task->cdb[0] == SCSI_OPCODE_INQUIRY && !(task->cdb[1] & 1)) {
+    d[2] = 5;
+    d[4] = 31;
+    memcpy (d + 8, "IET     VIRTUAL-DISK    0001", 28);
+    n = 36;
+  }
+  else if (task->cdb[0] == SCSI_OPCODE_INQUIRY && task->cdb[2] == 0) {
+    static const unsigned char p[] = { 0, 0, 0, 5, 0, 0x80, 0x83, 0xb0, 0xb2 };
+    memcpy (d, p, sizeof p);
+    n = sizeof p;
+  }
+  else if (task->cdb[0] == SCSI_OPCODE_INQUIRY && task->cdb[2] == 0x80) {
+    memset (d, ' ', 40);
+    d[0] = 0;
+    d[1] = 0x80;
+    d[2] = 0;
+    d[3] = 36;
+    memcpy (d + 34, "beaf11", 6);
+    n = 40;
+  }
+  else if (task->cdb[0] == SCSI_OPCODE_INQUIRY && task->cdb[2] == 0x83)
+    n = tgt_page83 (d, 1, 1);
+  else if (task->cdb[0] == SCSI_OPCODE_INQUIRY) {
+    d[1] = task->cdb[2];
+    d[3] = 60;
+    n = 64;
+  }
+  else if (task->cdb[0] == SCSI_OPCODE_SERVICE_ACTION_IN) {
+    d[7] = 0xff; /* 256 blocks */
+    d[10] = 2;   /* of 512 bytes */
+    n = 32;
+  }
+  else
+    n = 4;
+  task->status = SCSI_STATUS_GOOD;
+  task->datain.data = malloc (n);
+  cr_assert_not_null (task->datain.data);
+  memcpy (task->datain.data, d, n);
+  task->datain.size = (int) n;
+  return 0;
+}
+
+Test (lun, probe_reads_identity)
+{
+  struct script s = { 0, -1 };
+  struct lg_lun_io io = { script_task, &s, "iqn.t" };
+  struct lg_lun_info li;
+  char err[256];
+
+  cr_assert_eq (lg_lun_probe_io (&io, 1, &li, err, sizeof err), 0, "%s", err);
+  cr_assert_eq (li.size, 256 * 512);
+  cr_assert (li.ident.has_serial);
+  cr_assert_str_eq (li.ident.serial, "beaf11");
+  cr_assert (li.ident.has_desig);
+  cr_assert_eq (li.ident.desig_len, 72);
+  cr_assert_str_eq (li.ident.desig_name, "t10.IET     00010001");
+}
+
+Test (lun, probe_fails_when_identity_does_not_arrive)
+{
+  /* INQUIRY, VPD 0x00, READ CAPACITY, 0xB0, 0xB2, then 0x80: a probe
+   * that lost the serial to the connection must not say "no serial". */
+  for (int at = 1; at <= 6; at++) {
+    struct script s = { 0, at };
+    struct lg_lun_io io = { script_task, &s, "iqn.t" };
+    struct lg_lun_info li;
+    char err[256];
+    int r = lg_lun_probe_io (&io, 1, &li, err, sizeof err);
+
+    if (at == 3 || at == 4) /* the limits pages are optional */
+      cr_assert_eq (r, 0, "failure at command %d: %s", at, err);
+    else
+      cr_assert_eq (r, -1, "failure at command %d not seen", at);
+  }
 }
