@@ -12,7 +12,10 @@
 #   size:   B is larger than A (same serial and designators);
 #   serial: B has A's size but another serial (scsi_sn);
 #   crypt:  A and B are encrypted volumes of one size, under one key, with
-#           the same serial: only the header UUID differs.
+#           the same serial: only the header UUID differs;
+#   held-size, held-crypt: the same as size and crypt, but the second write
+#           is made during the outage, so that the session holds it when
+#           it logs in again: it must fail too, and not reach B.
 #
 # What tgt (1.0.85, Debian 12; usr/spc.c, lu_config) gives a LUN by
 # default: serial (VPD 0x80) "beaf" TID LUN, e.g. "beaf11", right-adjusted
@@ -52,12 +55,14 @@ PY
 
 logins () { grep -c "logged in again" "$1" || true; }
 
-# round NAME TID SIZE-A SIZE-B SERIAL-A SERIAL-B CRYPT WANT
+# round NAME TID SIZE-A SIZE-B SERIAL-A SERIAL-B CRYPT WANT [held]
 #   SERIAL-*: "" for tgt's default; CRYPT: 1 to format both;
-#   WANT: an extended regular expression the gateway's log must match.
+#   WANT: an extended regular expression the gateway's log must match;
+#   held: the second write is made during the outage.
 round ()
 {
-  local name=$1 tid=$2 sa=$3 sb=$4 sna=$5 snb=$6 crypt=$7 want=$8
+  local name=$1 tid=$2 sa=$3 sb=$4 sna=$5 snb=$6 crypt=$7 want=$8 held=${9:-}
+  local writer=
   local t=iqn.2026-12.org.lungate:replaced-$1 log="$TGT_DIR/nbdkit-$1.log"
   local a="$TGT_DIR/$name-a.img" b="$TGT_DIR/$name-b.img" sum n rc params=()
   truncate -s "$sa" "$a"
@@ -95,6 +100,11 @@ round ()
   # The outage: tgtd goes, LUN 1 now names B, tgtd comes back.
   n=$(logins "$log")
   tgt_stop
+  if [ -n "$held" ]; then
+    write_at "$sock" 34 2>"$TGT_DIR/client-$name.err" &
+    writer=$!
+    sleep 2
+  fi
   if [ -n "$crypt" ]; then
     sed -i "s|$a|@A@|; s|$b|$a|; s|@A@|$b|" "$TGT_DIR/journal"
   else
@@ -110,7 +120,11 @@ round ()
     || { cat "$log" >&2; fail "$name: no new login 30 s after the restart"; }
 
   rc=0
-  write_at "$sock" 34 2>"$TGT_DIR/client-$name.err" || rc=$?
+  if [ -n "$held" ]; then
+    wait "$writer" || rc=$?
+  else
+    write_at "$sock" 34 2>"$TGT_DIR/client-$name.err" || rc=$?
+  fi
   nbd_stop "$gw"
   gw=
   cat "$log"
@@ -131,4 +145,8 @@ round serial 2 16M 16M lgsn-a1 lgsn-b2 "" \
   "/1: the LUN changed identity during the outage \(serial lgsn-a1 -> lgsn-b2\): refusing every request"
 round crypt 3 16M 16M "" "" 1 \
   "/1: the LUN holds another volume since the outage \(header UUID [0-9a-f]{32} -> [0-9a-f]{32}\)"
+round held-size 4 16M 32M "" "" "" \
+  "/1: the LUN changed identity during the outage \(capacity 16777216 -> 33554432 bytes\)" held
+round held-crypt 5 16M 16M "" "" 1 \
+  "/1: the LUN holds another volume since the outage \(header UUID [0-9a-f]{32} -> [0-9a-f]{32}\)" held
 echo "test-lun-replaced: ok"

@@ -832,7 +832,8 @@ uuid_text (const uint8_t uuid[static LG_UUID_BYTES], char out[static 33])
  * mode and geometry, and at least one valid.  1 yes, 0 no (what was found
  * in why), -1 on a failed read. */
 static int
-header_is_ours (struct cdev *x, char *why, size_t len)
+header_is_ours_via (struct cdev *x, struct lg_dev_reader *rd, char *why,
+                    size_t len)
 {
   static const uint64_t off[2] = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
   uint8_t *buf = malloc (LG_HDR_SIZE);
@@ -845,7 +846,9 @@ header_is_ours (struct cdev *x, char *why, size_t len)
   uuid_text (x->h.uuid, a);
   snprintf (why, len, "header UUID %s -> no valid lungate header", a);
   for (int c = 0; c < 2; c++) {
-    if (lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]) < 0)
+    if ((rd ? rd->pread (rd, buf, LG_HDR_SIZE, off[c])
+            : lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]))
+        < 0)
       goto out;
     if (lg_header_parse (buf, x->lower->size, &h, NULL, 0) < 0)
       continue;
@@ -869,6 +872,34 @@ out:
   sodium_memzero (&h, sizeof h);
   free (buf);
   return r;
+}
+
+static int
+header_is_ours (struct cdev *x, char *why, size_t len)
+{
+  return header_is_ours_via (x, NULL, why, len);
+}
+
+/* lg_dev_login_check_fn: a session under us logged in again and holds
+ * writes for this LUN; they go only if it still holds this volume. */
+static int
+login_check (void *opaque, struct lg_dev_reader *r)
+{
+  struct cdev *x = opaque;
+  char why[160];
+  int ours = header_is_ours_via (x, r, why, sizeof why);
+
+  if (ours < 0)
+    return -2;
+  if (ours == 0) {
+    if (!atomic_exchange (&x->replaced, true))
+      lg_error ("%s: the LUN holds another volume since the outage (%s): "
+                "refusing every request, and nothing held for it is sent",
+                x->dev.name, why);
+    atomic_store (&x->clean_at_close, false);
+    return -1;
+  }
+  return 0;
 }
 
 /* Before each request: when the lower device logged in again since the
@@ -1109,6 +1140,7 @@ cdev_close (struct lg_dev *d)
 {
   struct cdev *x = to_cdev (d);
 
+  lg_dev_watch_login (x->lower, NULL, NULL);
   if (x->manage_dirty && atomic_load (&x->clean_at_close)
       && !atomic_load (&x->write_failed) && !atomic_load (&x->replaced)) {
     /* Every write of the session completed: make them durable, then say
@@ -1215,6 +1247,8 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
     atomic_init (&x->lower_logins, t.reconnects);
   }
   atomic_init (&x->replaced, false);
+  /* Devices without sessions say ENOTSUP: nothing is held there. */
+  lg_dev_watch_login (lower, login_check, x);
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s", lower->name);
   x->dev.ops = &cdev_ops;

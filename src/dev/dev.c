@@ -264,6 +264,16 @@ lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
     d->ops->transport (d, t);
 }
 
+int
+lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
+{
+  if (d->ops->watch_login == NULL) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  return d->ops->watch_login (d, fn, opaque);
+}
+
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {

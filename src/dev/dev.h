@@ -21,6 +21,12 @@
 
 struct lg_dev;
 
+/* How a login check reads the LUN (lg_dev_watch_login). */
+struct lg_dev_reader {
+  int (*pread) (struct lg_dev_reader *r, void *buf, size_t count, uint64_t off);
+};
+typedef int lg_dev_login_check_fn (void *opaque, struct lg_dev_reader *r);
+
 /* What the transport under a device went through. */
 struct lg_dev_transport {
   uint64_t reconnects; /* logins after a lost connection */
@@ -92,6 +98,9 @@ struct lg_dev_ops {
   int (*revalidate) (struct lg_dev *d);
   /* Optional: the transport's counters (a stack passes them up). */
   void (*transport) (const struct lg_dev *d, struct lg_dev_transport *t);
+  /* Optional: see lg_dev_watch_login. */
+  int (*watch_login) (struct lg_dev *d, lg_dev_login_check_fn *fn,
+                      void *opaque);
 };
 
 struct lg_dev {
@@ -156,6 +165,18 @@ int lg_dev_revalidate (struct lg_dev *d);
 
 /* The transport's counters (zero where there is none). */
 void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
+
+/* A layer above d (the crypt layer) asks to check, after a session under
+ * d logs in again and before that session issues what it held, that the
+ * LUN still holds what the layer opened: fn (opaque, r) reads through r,
+ * on that session, and returns 0 when it does, -1 when not (then what was
+ * held fails and d refuses every request), -2 when it could not read
+ * (what was held fails).  fn runs on a thread of the session's; it must
+ * not use d itself.  fn NULL removes the check, waiting for one that
+ * runs.  -1 with errno ENOTSUP where d has
+ * no sessions (nothing is held across a login there). */
+int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
+                        void *opaque);
 
 /* Microseconds on the monotonic clock, for lg_dev_account. */
 uint64_t lg_dev_now_us (void);

@@ -52,10 +52,17 @@ struct idev {
   /* Revalidation: after a reconnection or a unit attention that says the
    * LUN may have changed, it is probed again before the next request. */
   pthread_mutex_t reval;
-  atomic_uint epoch;              /* the pool's epoch when last validated */
-  atomic_bool gone;               /* no longer the LUN that was opened */
-  char gone_msg[512];             /* set once, before gone */
-  uint64_t seen_size;             /* the last capacity reported (under reval) */
+  atomic_uint epoch;          /* the pool's epoch when last validated */
+  atomic_bool gone;           /* no longer the LUN that was opened */
+  char gone_msg[512];         /* set once, before gone */
+  _Atomic uint64_t seen_size; /* the last capacity accepted (written under
+                                 reval) */
+  pthread_mutex_t gone_lock;  /* gone_msg and gone are set under it */
+  /* The layer above's login check (lg_dev_watch_login), under its lock
+   * while it runs, so that the layer cannot go away under it. */
+  pthread_mutex_t upper_lock;
+  lg_dev_login_check_fn *upper_check;
+  void *upper_opaque;
   unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
   pthread_mutex_t rmw[RMW_STRIPES];
@@ -107,10 +114,8 @@ pool_epoch (struct idev *x)
  * device takes it when follow_resize is set (the FUSE file), else keeps
  * serving the old size.
  *
- * XXX: a command already queued in the pool when the connection broke is
- * sent again by the session right after the new login, before this check
- * can run (src/iscsi/session.c); only requests that arrive after the
- * login are held to it. */
+ * A command a session held when its connection broke is not sent again
+ * before check_after_login has made the same comparison on that session. */
 static int64_t
 mono_ms (void)
 {
@@ -168,9 +173,9 @@ identity_diff (const struct idev *x, const struct lg_lun_info *li, bool relogin,
             x->info.product, li->vendor, li->product);
     n++;
   }
-  if (relogin && li->size != x->seen_size) {
-    append (buf, len, "capacity %" PRIu64 " -> %" PRIu64 " bytes", x->seen_size,
-            li->size);
+  if (relogin && li->size != atomic_load (&x->seen_size)) {
+    append (buf, len, "capacity %" PRIu64 " -> %" PRIu64 " bytes",
+            (uint64_t) atomic_load (&x->seen_size), li->size);
     n++;
   }
   return n;
@@ -204,7 +209,10 @@ revalidate (struct idev *x, bool poll)
       return -1;
     }
     if (identity_diff (x, &li, relogin, diff, sizeof diff) > 0) {
-      if (relogin)
+      pthread_mutex_lock (&x->gone_lock);
+      if (atomic_load (&x->gone))
+        ; /* found by the session's check first (check_after_login) */
+      else if (relogin)
         snprintf (x->gone_msg, sizeof x->gone_msg,
                   "%s: the LUN changed identity during the outage (%s): "
                   "refusing every request",
@@ -222,23 +230,27 @@ revalidate (struct idev *x, bool poll)
                       ? "another vendor or product"
                       : "another serial or designators",
                   diff);
-      lg_error ("%s", x->gone_msg);
-      atomic_store (&x->gone, true);
+      if (!atomic_load (&x->gone)) {
+        lg_error ("%s", x->gone_msg);
+        atomic_store (&x->gone, true);
+      }
+      pthread_mutex_unlock (&x->gone_lock);
     }
-    else if (li.size != x->seen_size) {
+    else if (li.size != atomic_load (&x->seen_size)) {
       if (x->dev.follow_resize) {
         lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
                  " bytes",
-                 x->dev.name, x->seen_size, li.size);
+                 x->dev.name, (uint64_t) atomic_load (&x->seen_size), li.size);
         __atomic_store_n (&x->dev.size, li.size, __ATOMIC_RELAXED);
       }
       else
         lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
                  " bytes; still serving %" PRIu64 " bytes until restarted%s",
-                 x->dev.name, x->seen_size, li.size, x->dev.size,
+                 x->dev.name, (uint64_t) atomic_load (&x->seen_size), li.size,
+                 x->dev.size,
                  li.size < x->dev.size ? " (requests past the new end fail)"
                                        : "");
-      x->seen_size = li.size;
+      atomic_store (&x->seen_size, li.size);
     }
     x->seen_logins = logins;
     atomic_store (&x->epoch, e);
@@ -252,6 +264,140 @@ revalidate (struct idev *x, bool poll)
     return -1;
   }
   return 0;
+}
+
+/* The probe's commands on one session, ahead of what it holds. */
+static int
+session_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+              size_t len)
+{
+  struct lg_cmd cmd;
+  int err;
+
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_SCSI;
+  cmd.task = task;
+  cmd.lun = lun;
+  lg_session_exec_now (opaque, &cmd);
+  err = lg_cmd_errno (&cmd, msg, len);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
+
+/* Reads whole blocks of the LUN on one session, for a login check. */
+struct sreader {
+  struct lg_dev_reader r;
+  struct idev *x;
+  struct lg_session *s;
+};
+
+static int
+sreader_pread (struct lg_dev_reader *rd, void *buf, size_t count, uint64_t off)
+{
+  struct sreader *r = (struct sreader *) rd;
+  uint32_t bs = r->x->bs;
+  struct scsi_task *task;
+  char msg[256];
+  int ret;
+
+  if (off % bs || count % bs || count > r->x->dev.max_io) {
+    errno = EINVAL;
+    return -1;
+  }
+  task = scsi_cdb_read16 (off / bs, (uint32_t) count, (int) bs, 0, 0, 0, 0, 0);
+  if (task == NULL)
+    return -1;
+  {
+    struct lg_cmd cmd;
+    int err;
+
+    memset (&cmd, 0, sizeof cmd);
+    cmd.kind = LG_CMD_SCSI;
+    cmd.task = task;
+    cmd.lun = r->x->lun;
+    cmd.iov.iov_base = buf;
+    cmd.iov.iov_len = count;
+    lg_session_exec_now (r->s, &cmd);
+    err = lg_cmd_errno (&cmd, msg, sizeof msg);
+    ret = err ? -1 : 0;
+    scsi_free_scsi_task (task);
+    if (err) {
+      lg_warn ("%s: reading LBA %" PRIu64 " after the login: %s",
+               r->x->dev.name, off / bs, msg);
+      errno = err;
+    }
+  }
+  return ret;
+}
+
+static int
+idev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
+{
+  struct idev *x = to_idev (d);
+
+  pthread_mutex_lock (&x->upper_lock);
+  x->upper_check = fn;
+  x->upper_opaque = opaque;
+  pthread_mutex_unlock (&x->upper_lock);
+  return 0;
+}
+
+/* lg_pool_check_fn: a session of the pool logged in again and holds
+ * commands for this LUN; it issues none of them until this says the LUN
+ * is still the one that was opened (0), or fails them (-1 changed, -2
+ * unknown).  Runs on the session's check thread: reval is not taken (a
+ * request's revalidate may hold it while its probe waits on the very
+ * session that waits for this). */
+static int
+check_after_login (void *opaque, struct lg_session *s, int lun)
+{
+  struct idev *x = opaque;
+  struct lg_lun_io io = { session_task, s, lg_pool_target (x->pool) };
+  struct lg_lun_info li;
+  char err[256], diff[384];
+
+  if (atomic_load (&x->gone))
+    return -1;
+  if (lg_lun_probe_io (&io, lun, &li, err, sizeof err) < 0) {
+    lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+    return -2;
+  }
+  if (identity_diff (x, &li, true, diff, sizeof diff) == 0) {
+    struct sreader r = { { sreader_pread }, x, s };
+    int u = 0;
+
+    /* The layer above says what it found: -2 when it could not read. */
+    pthread_mutex_lock (&x->upper_lock);
+    if (x->upper_check)
+      u = x->upper_check (x->upper_opaque, &r.r);
+    pthread_mutex_unlock (&x->upper_lock);
+    if (u != -1)
+      return u;
+    pthread_mutex_lock (&x->gone_lock);
+    if (!atomic_load (&x->gone)) {
+      snprintf (x->gone_msg, sizeof x->gone_msg,
+                "%s: the LUN holds something else since the login: refusing "
+                "every request",
+                x->dev.name);
+      atomic_store (&x->gone, true);
+    }
+    pthread_mutex_unlock (&x->gone_lock);
+    return -1;
+  }
+  pthread_mutex_lock (&x->gone_lock);
+  if (!atomic_load (&x->gone)) {
+    snprintf (x->gone_msg, sizeof x->gone_msg,
+              "%s: the LUN changed identity during the outage (%s): refusing "
+              "every request, and nothing held for it is sent",
+              x->dev.name, diff);
+    lg_error ("%s", x->gone_msg);
+    atomic_store (&x->gone, true);
+  }
+  pthread_mutex_unlock (&x->gone_lock);
+  return -1;
 }
 
 /* Ranges of whole blocks, for one batch of commands. */
@@ -855,6 +1001,7 @@ idev_close (struct lg_dev *d)
 {
   struct idev *x = to_idev (d);
 
+  lg_pool_unwatch (x->pool, x);
   if (x->owns_pool)
     lg_pool_close (x->pool);
   for (int i = 0; i < RMW_STRIPES; i++)
@@ -885,6 +1032,7 @@ static const struct lg_dev_ops idev_ops = {
   .pwrite = idev_pwrite,
   .start_rw = idev_start_rw,
   .transport = idev_transport,
+  .watch_login = idev_watch_login,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim,
@@ -936,7 +1084,14 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   atomic_init (&x->epoch, pool_epoch (x));
   atomic_init (&x->gone, false);
   atomic_init (&x->checked_ms, mono_ms ());
-  x->seen_size = li->size;
+  atomic_init (&x->seen_size, li->size);
+  pthread_mutex_init (&x->gone_lock, NULL);
+  pthread_mutex_init (&x->upper_lock, NULL);
+  if (lg_pool_watch (p, lun, check_after_login, x) < 0) {
+    snprintf (err, errlen, "out of memory");
+    errno = ENOMEM;
+    goto err;
+  }
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
   x->dev.ops = &idev_ops;

@@ -363,8 +363,8 @@ lg_s_issue (struct lg_session *s, struct lg_cmd *cmd)
 {
   int r;
 
-  if (!s->up || s->recovering) {
-    if (s->failing)
+  if (!s->up || (s->recovering && !cmd->priority)) {
+    if (s->failing || cmd->priority)
       lg_s_report_unknown (s, cmd, s->dead_msg);
     else
       lg_s_hold (s, cmd);
@@ -410,6 +410,16 @@ lg_s_cancel_task (struct lg_session *s, const struct scsi_task *task)
   while (iscsi_scsi_cancel_task (s->ctx, &tag) == 0)
     found = 0;
   return found;
+}
+
+/* Adds lun to the set luns[0..*n) (room for it is the caller's). */
+void
+lg_s_add_lun (int *luns, unsigned *n, int lun)
+{
+  for (unsigned i = 0; i < *n; i++)
+    if (luns[i] == lun)
+      return;
+  luns[(*n)++] = lun;
 }
 
 /* Issues what was held, in order (after a login, or a recovery). */

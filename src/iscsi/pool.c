@@ -9,6 +9,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +19,72 @@
 #include "iscsi/sense.h"
 #include "util/log.h"
 
+/* A device's check of its LUN's identity after a login (lg_pool_watch). */
+struct watch {
+  int lun;
+  lg_pool_check_fn *fn;
+  void *opaque;
+};
+
 struct lg_pool {
   unsigned n;
   int budget_s;
   struct lg_fence *fence;
+  struct lg_shared shared;
+  /* Held while a check runs, so that a device cannot go away under it. */
+  pthread_mutex_t watch_lock;
+  struct watch *watches;
+  size_t nwatches;
   char portal[300];
   char target[256];
   struct lg_session *s[];
 };
+
+/* lg_shared.validate: the check the device of lun registered, if any. */
+static int
+validate (void *opaque, struct lg_session *s, int lun)
+{
+  struct lg_pool *p = opaque;
+  int r = 0;
+
+  pthread_mutex_lock (&p->watch_lock);
+  for (size_t i = 0; i < p->nwatches; i++)
+    if (p->watches[i].lun == lun) {
+      r = p->watches[i].fn (p->watches[i].opaque, s, lun);
+      break;
+    }
+  pthread_mutex_unlock (&p->watch_lock);
+  return r;
+}
+
+int
+lg_pool_watch (struct lg_pool *p, int lun, lg_pool_check_fn *fn, void *opaque)
+{
+  struct watch *w;
+
+  pthread_mutex_lock (&p->watch_lock);
+  w = realloc (p->watches, (p->nwatches + 1) * sizeof *w);
+  if (w == NULL) {
+    pthread_mutex_unlock (&p->watch_lock);
+    return -1;
+  }
+  p->watches = w;
+  w[p->nwatches++] = (struct watch){ lun, fn, opaque };
+  pthread_mutex_unlock (&p->watch_lock);
+  return 0;
+}
+
+void
+lg_pool_unwatch (struct lg_pool *p, void *opaque)
+{
+  pthread_mutex_lock (&p->watch_lock);
+  for (size_t i = 0; i < p->nwatches;)
+    if (p->watches[i].opaque == opaque)
+      p->watches[i] = p->watches[--p->nwatches];
+    else
+      i++;
+  pthread_mutex_unlock (&p->watch_lock);
+}
 
 struct lg_pool *
 lg_pool_open (const struct lg_login *login, const char *portal,
@@ -51,10 +110,15 @@ lg_pool_open (const struct lg_login *login, const char *portal,
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
+  p->shared.fence = p->fence;
+  p->shared.validate = validate;
+  p->shared.opaque = p;
+  pthread_mutex_init (&p->watch_lock, NULL);
   snprintf (p->portal, sizeof p->portal, "%s", portal);
   snprintf (p->target, sizeof p->target, "%s", target);
   for (p->n = 0; p->n < n; p->n++) {
-    p->s[p->n] = lg_session_open (login, portal, target, p->fence, err, errlen);
+    p->s[p->n]
+        = lg_session_open (login, portal, target, &p->shared, err, errlen);
     if (p->s[p->n] == NULL) {
       saved = errno;
       lg_pool_close (p);
@@ -73,6 +137,8 @@ lg_pool_close (struct lg_pool *p)
   for (unsigned i = 0; i < p->n; i++)
     lg_session_close (p->s[i]);
   lg_fence_free (p->fence);
+  pthread_mutex_destroy (&p->watch_lock);
+  free (p->watches);
   free (p);
 }
 

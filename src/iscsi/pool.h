@@ -33,6 +33,16 @@ unsigned lg_pool_timeouts (const struct lg_pool *p);
 /* Submits to the least loaded session; completes through cmd->waiter. */
 void lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd);
 
+/* After a session of the pool logs in again, and before it issues again
+ * what it held for lun, fn (opaque, s, lun) checks that lun is still the
+ * LUN that was opened (see lg_shared.validate in session.h for what it may
+ * do and return).  One check a device; lg_pool_unwatch removes those of
+ * opaque, waiting for one that runs. */
+typedef int lg_pool_check_fn (void *opaque, struct lg_session *s, int lun);
+int lg_pool_watch (struct lg_pool *p, int lun, lg_pool_check_fn *fn,
+                   void *opaque);
+void lg_pool_unwatch (struct lg_pool *p, void *opaque);
+
 /* Submits and waits. */
 void lg_pool_exec (struct lg_pool *p, struct lg_cmd *cmd);
 

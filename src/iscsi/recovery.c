@@ -236,10 +236,40 @@ lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd)
   if (cmd->doubt)
     cmd->doubt->lost = true;
   lg_s_reset_task (cmd);
-  if (s->failing || s->discovery)
+  if (s->failing || s->discovery || cmd->priority)
     lg_s_report_unknown (s, cmd, s->dead_msg);
   else
     lg_s_hold (s, cmd);
+}
+
+/* After a login, lun is not the LUN that was opened, or could not be
+ * checked: what was held for it fails, and its lost doubts stay fenced
+ * (a write to the old disk may still land there, not on this one). */
+void
+lg_s_lun_changed (struct lg_session *s, int lun, const char *why)
+{
+  struct lg_cmd *c = s->held, *keep = NULL, *keep_tail = NULL;
+  struct lg_doubt *d, *next;
+  char msg[160];
+
+  snprintf (msg, sizeof msg, "%s/%d: %s", s->target, lun, why);
+  s->held = s->held_tail = NULL;
+  while (c) {
+    struct lg_cmd *n = c->next;
+
+    if (c->lun == lun)
+      lg_s_report_unknown (s, c, msg);
+    else
+      lg_s_push (&keep, &keep_tail, c);
+    c = n;
+  }
+  s->held = keep;
+  s->held_tail = keep_tail;
+  for (d = s->doubts; d; d = next) {
+    next = d->snext;
+    if (d->lun == lun && d->lost)
+      fence_for_good (s, d, why);
+  }
 }
 
 /* ---- task management ---- */

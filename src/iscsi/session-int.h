@@ -85,6 +85,15 @@ struct lg_session {
   uint32_t isid_rnd, isid_qual;
   struct lg_fence *fence; /* the pool's (or its own: own_fence) */
   bool own_fence;
+  const struct lg_shared *shared; /* NULL: no identity check */
+
+  /* The identity check after a login (session.c): its thread, and the
+   * LUNs it checks (s->lock). */
+  pthread_t validator;
+  bool validator_started;
+  bool validating;
+  int *vluns;
+  unsigned nvluns;
 
   /* Open handshake: the loop thread reports the login result. */
   struct lg_waiter opened;
@@ -136,13 +145,18 @@ void lg_s_hold (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_issue (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_issue_held (struct lg_session *s);
 int lg_s_cancel_task (struct lg_session *s, const struct scsi_task *task);
+void lg_s_add_lun (int *luns, unsigned *n, int lun);
 bool lg_s_flush_out (struct lg_session *s);
 void lg_s_fail_waiting (struct lg_session *s);
 void lg_s_set_ready (struct lg_session *s);
 void lg_s_wake (struct lg_session *s);
 const char *lg_s_name (const struct lg_session *s);
 
+/* session.c */
+void lg_s_after_login (struct lg_session *s);
+
 /* recovery.c */
+void lg_s_lun_changed (struct lg_session *s, int lun, const char *why);
 void lg_s_connection_lost (struct lg_session *s, const char *why);
 void lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd);

@@ -166,6 +166,98 @@ loop_up (struct lg_session *s, int64_t *last)
   pthread_mutex_unlock (&s->lock);
 }
 
+/* ---- the identity check after a login ---- */
+
+/* The LUNs a check must cover: those of held commands and of doubts lost
+ * with the connection (s->lock held).  Fills s->vluns; false when none. */
+static bool
+luns_to_check (struct lg_session *s)
+{
+  unsigned cap = 0;
+
+  free (s->vluns);
+  s->vluns = NULL;
+  s->nvluns = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (const struct lg_cmd *c = s->held; c; c = c->next)
+      cap += pass == 0;
+    for (const struct lg_doubt *d = s->doubts; d; d = d->snext)
+      cap += pass == 0 && d->lost;
+  }
+  if (cap == 0 || (s->vluns = calloc (cap, sizeof *s->vluns)) == NULL)
+    return false;
+  for (const struct lg_cmd *c = s->held; c; c = c->next)
+    lg_s_add_lun (s->vluns, &s->nvluns, c->lun);
+  for (const struct lg_doubt *d = s->doubts; d; d = d->snext)
+    if (d->lost)
+      lg_s_add_lun (s->vluns, &s->nvluns, d->lun);
+  return s->nvluns > 0;
+}
+
+static void *
+validator (void *arg)
+{
+  struct lg_session *s = arg;
+  int *r = calloc (s->nvluns ? s->nvluns : 1, sizeof *r);
+
+  /* s->vluns is not touched by the loop while validating is set. */
+  for (unsigned i = 0; r && i < s->nvluns; i++)
+    r[i] = s->shared->validate (s->shared->opaque, s, s->vluns[i]);
+  pthread_mutex_lock (&s->lock);
+  /* Could not tell because the connection went again: the next login
+   * checks again. */
+  for (unsigned i = 0; i < s->nvluns; i++)
+    if (r == NULL || r[i] == -1 || (r[i] < 0 && s->up))
+      lg_s_lun_changed (s, s->vluns[i],
+                        r && r[i] == -1 ? "the LUN changed identity"
+                                        : "the LUN could not be checked "
+                                          "again after the login");
+  s->validating = false;
+  if (s->up && !atomic_load (&s->stopping))
+    lg_s_recover (s);
+  pthread_mutex_unlock (&s->lock);
+  free (r);
+  return NULL;
+}
+
+/* A thread of the session's own joins only the loop thread's wait for
+ * a check that ended (loop thread, s->lock not held). */
+static void
+join_validator (struct lg_session *s)
+{
+  if (s->validator_started) {
+    pthread_join (s->validator, NULL);
+    s->validator_started = false;
+  }
+}
+
+/* Logged in again (s->lock held): the LUNs of what was held are checked
+ * first, on a thread of their own, since the check waits for commands
+ * this loop serves; then recovery.  Everything but the check's commands
+ * is held meanwhile. */
+void
+lg_s_after_login (struct lg_session *s)
+{
+  int err;
+
+  if (s->shared == NULL || s->shared->validate == NULL || !luns_to_check (s)) {
+    lg_s_recover (s);
+    return;
+  }
+  s->validating = s->recovering = true;
+  lg_s_set_ready (s);
+  if ((err = pthread_create (&s->validator, NULL, validator, s)) != 0) {
+    lg_error ("%s: cannot start the identity check: %s", lg_s_name (s),
+              strerror (err));
+    s->validating = false;
+    for (unsigned i = 0; i < s->nvluns; i++)
+      lg_s_lun_changed (s, s->vluns[i], "the LUN could not be checked again");
+    lg_s_recover (s);
+    return;
+  }
+  s->validator_started = true;
+}
+
 /* Waits on the eventfd only (a stop, or nothing), at most ms. */
 static void
 nap (struct lg_session *s, int64_t ms)
@@ -226,6 +318,7 @@ loop_down (struct lg_session *s)
     return;
   }
 
+  join_validator (s);
   if (lg_s_connect_any (s, limit) < 0) {
     if (s->open_errno == ECANCELED)
       return;
@@ -255,7 +348,7 @@ loop_down (struct lg_session *s)
   atomic_fetch_add (&s->reconnects, 1);
   lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
            (double) (lg_mono_ms () - s->down_since) / 1000.0);
-  lg_s_recover (s);
+  lg_s_after_login (s);
   pthread_mutex_unlock (&s->lock);
 }
 
@@ -304,7 +397,7 @@ loop (void *arg)
 
 struct lg_session *
 lg_session_open (const struct lg_login *login, const char *portal,
-                 const char *target, struct lg_fence *fence, char *err,
+                 const char *target, const struct lg_shared *shared, char *err,
                  size_t errlen)
 {
   struct lg_session *s;
@@ -317,8 +410,9 @@ lg_session_open (const struct lg_login *login, const char *portal,
   }
   s->efd = -1;
   s->login = login;
-  s->fence = fence;
-  if (fence == NULL) {
+  s->shared = shared;
+  s->fence = shared ? shared->fence : NULL;
+  if (s->fence == NULL) {
     s->fence = lg_fence_new ();
     s->own_fence = true;
     if (s->fence == NULL) {
@@ -464,6 +558,14 @@ lg_discover (const struct lg_login *login, const char *portal, char *err,
 }
 
 void
+lg_session_exec_now (struct lg_session *s, struct lg_cmd *cmd)
+{
+  cmd->priority = true;
+  lg_session_exec (s, cmd);
+  cmd->priority = false;
+}
+
+void
 lg_session_exec (struct lg_session *s, struct lg_cmd *cmd)
 {
   struct lg_waiter w;
@@ -527,9 +629,14 @@ lg_session_close (struct lg_session *s)
   s->failing = true;
   if (s->ctx && (s->inflight || s->tmfs))
     lg_s_connection_lost (s, "session closed");
+  s->up = false;
+  lg_s_set_ready (s);
   lg_s_fail_waiting (s);
   lg_s_drop_doubts (s);
   pthread_mutex_unlock (&s->lock);
+  /* Its commands fail at once now. */
+  join_validator (s);
+  free (s->vluns);
   if (s->ctx)
     iscsi_destroy_context (s->ctx);
   if (s->own_fence)

@@ -105,6 +105,7 @@ struct lg_cmd {
   int state;              /* session-int.h */
   bool confirmed;         /* cancelled: the target said it is gone */
   bool expired;           /* cancelled: past the outage budget */
+  bool priority;          /* lg_session_exec_now */
   unsigned retries;
   int64_t first_ms, due_ms, issued_ms;
   int64_t trouble_ms; /* since when it waits for an outcome, or 0 */
@@ -114,12 +115,26 @@ struct lg_session;
 
 #define LG_MAX_PORTALS 8
 
+/* What the sessions of one pool share. */
+struct lg_shared {
+  struct lg_fence *fence; /* writes of unknown outcome (fence.h) */
+  /* After every login but the first, before anything held for lun is
+   * issued again: is lun still the LUN that was opened?  Called on a
+   * thread of the session's own (one at a time), which may send commands
+   * on s with lg_session_exec_now.  0: it is, or nobody knows it; -1: it
+   * changed (what was held for it fails, and its doubts stay fenced);
+   * -2: could not tell (what was held for it fails). */
+  int (*validate) (void *opaque, struct lg_session *s, int lun);
+  void *opaque;
+};
+
 /* Connects and logs in to target (NULL: a discovery session) at portal
  * ("host:port", or several separated by spaces: paths to the same target,
  * tried in turn), within login->connect_timeout.  login must outlive the
  * session: after a lost connection it logs in again with it, with the same
- * initiator name and ISID.  fence is the pool's (fence.h), shared by the
- * sessions that may write the same LUNs; NULL gives the session its own.
+ * initiator name and ISID.  shared is what the pool's sessions share (see
+ * struct lg_shared; it must outlive the session); NULL gives the session
+ * a fence of its own and no identity check.
  * What happens to commands whose outcome a fault leaves unknown is said
  * at the top of recovery.c.  On failure returns NULL with errno set
  * (ECONNREFUSED, ETIMEDOUT, EACCES for a failed authentication, EPERM when
@@ -127,7 +142,7 @@ struct lg_session;
  * and a sentence in err. */
 struct lg_session *lg_session_open (const struct lg_login *login,
                                     const char *portal, const char *target,
-                                    struct lg_fence *fence, char *err,
+                                    const struct lg_shared *shared, char *err,
                                     size_t errlen);
 
 /* Closes: logs out, stops the thread, frees.  No command may be pending. */
@@ -139,6 +154,9 @@ void lg_session_submit (struct lg_session *s, struct lg_cmd *cmd);
 
 /* Submits one command and waits for it. */
 void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
+/* The same for lg_shared.validate: the command goes out while the session
+ * holds everything else, and fails at once when the connection goes. */
+void lg_session_exec_now (struct lg_session *s, struct lg_cmd *cmd);
 
 /* Logs in to portal for discovery, asks for SendTargets=All and logs
  * out.  The list holds only what passed lg_targets_copy (a warning says
