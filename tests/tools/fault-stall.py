@@ -56,8 +56,8 @@ def fail(msg):
 
 def block(kind):
     head = ("%s-%s-" % (kind, a.tag)).encode()
-    body = (head + b"%s %s data " % (kind.encode(), a.tag.encode())) * 200
-    return body[:LEN]
+    unit = head + b"%s %s data " % (kind.encode(), a.tag.encode())
+    return (unit * (LEN // len(unit) + 1))[:LEN]
 
 
 OLD, NEW = block("OLD"), block("NEW")
@@ -84,27 +84,29 @@ class Nbd:
         self.h.connect_uri("nbd+unix:///?socket=" + sock)
 
     def _errno(self, e):
-        return e.errno if e.errno is not None else -1
+        say("nbd error: %s" % e)
+        # .errnum is the number (.errno is its name); 0 when unknown.
+        return e.errnum if e.errnum else -1
 
     def pwrite(self, data, off):
         try:
             self.h.pwrite(data, off)
             return 0
         except self.nbd.Error as e:
-            return self._errno(e) or -1
+            return self._errno(e)
 
     def flush(self):
         try:
             self.h.flush()
             return 0
         except self.nbd.Error as e:
-            return self._errno(e) or -1
+            return self._errno(e)
 
     def pread(self, n, off):
         try:
             return self.h.pread(n, off), 0
         except self.nbd.Error as e:
-            return None, self._errno(e) or -1
+            return None, self._errno(e)
 
 
 class File:
@@ -176,7 +178,8 @@ if not acked:
     fail("the NEW write was never acknowledged")
 
 # 3. The stalled write finishes inside the target.
-while not log_has(END) and now() < 600:
+t = now()
+while not log_has(END) and stalled_then and now() - t < a.deadline:
     time.sleep(0.2)
 if not log_has(END):
     fail("the stalled write never finished in the target")
