@@ -234,6 +234,10 @@ secret_file ()
 
 TGT_PID=
 _TGT_WATCHDOG=
+# TGT_ENV: extra VAR=VALUE words for tgtd's environment (e.g. LD_PRELOAD
+# of tests/tools/faultio.so: functions-fault.sh), set before tgt_start;
+# tgt_restart keeps them.
+TGT_ENV=()
 _TGT_REPLAY=
 
 # _lg_alive PID: PID exists and is not a zombie.  (kill -0 succeeds on
@@ -317,7 +321,8 @@ _tgt_launch ()
   rm -f "$TGT_DIR/sock.0" "$TGT_DIR/sock.0.lock"
   printf '=== %s: tgtd -f --iscsi portal=127.0.0.1:%s\n' \
     "$(date '+%F %T')" "$port" >>"$TGT_DIR/tgtd.log"
-  TGT_IPC_SOCKET="$TGT_DIR/sock" tgtd -f --iscsi "portal=127.0.0.1:$port" \
+  env TGT_IPC_SOCKET="$TGT_DIR/sock" "${TGT_ENV[@]}" \
+    tgtd -f --iscsi "portal=127.0.0.1:$port" \
     </dev/null >>"$TGT_DIR/tgtd.log" 2>&1 &
   TGT_PID=$!
   printf '%s\n' "$TGT_PID" >"$TGT_DIR/tgtd.pid"
