@@ -258,6 +258,17 @@ current_slot (const struct cdev *x, uint64_t unit, const uint8_t *md,
   return -1;
 }
 
+/* Either slot of unit j empty. */
+static bool
+any_empty (const uint8_t *md, unsigned j)
+{
+  struct slot s0, s1;
+
+  slot_get (md, j, 0, &s0);
+  slot_get (md, j, 1, &s1);
+  return slot_empty (&s0) || slot_empty (&s1);
+}
+
 static bool
 both_empty (const uint8_t *md, unsigned j)
 {
@@ -529,7 +540,16 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
 
       ok = cur >= 0;
-      if (ok && repair) {
+      if (!ok && (x->h.flags & LG_HDR_FLAG_LAZY) && any_empty (blk, j)) {
+        /* The first write of a never-written unit failed after its
+         * metadata (or crashed there): its old content, zeroes, stands.
+         * (Blanking the slot already read as zeroes: nothing is given
+         * away.) */
+        memset (o, 0, LG_UNIT_SIZE);
+        ok = true;
+        e = NULL;
+      }
+      if (ok && repair && cur >= 0) {
         /* A newer slot that does not authenticate the data was left by a
          * crash: clear it, so that the newer slot is current again. */
         struct slot sc, so;
