@@ -436,12 +436,24 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
 {
   uint64_t sectors = LG_UNIT_SIZE / 512;
 
+  const char *why;
+
+  /* Say what is known: a fault is the likely cause where the volume was
+   * left dirty or a write failed, tampering only where it was clean. */
+  if (x->manage_dirty && !x->was_dirty && !atomic_load (&x->write_failed))
+    why = "tampered with, or the wrong volume";
+  else if (x->manage_dirty)
+    why = "the gateway stopped uncleanly or a write failed; run lungate "
+          "verify --repair";
+  else
+    why = "a crash or failed write (the dirty flag is not kept here), or "
+          "tampering; run lungate verify";
   atomic_fetch_add (&x->auth_failures, n);
-  lg_error ("%s: authentication failed: units %" PRIu64 "-%" PRIu64
-            " (exported bytes %" PRIu64 "-%" PRIu64 ", 512-byte LBA %" PRIu64
-            "+%" PRIu64 "): tampered with, or the wrong volume",
+  lg_error ("%s: units %" PRIu64 "-%" PRIu64 " (exported bytes %" PRIu64
+            "-%" PRIu64 ", 512-byte LBA %" PRIu64 "+%" PRIu64
+            ") fail authentication under both slots: %s",
             x->dev.name, u0, u0 + n - 1, u0 * LG_UNIT_SIZE,
-            (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors);
+            (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors, why);
 }
 
 /* The metadata of a span for a reader (stripe locks held shared): pins

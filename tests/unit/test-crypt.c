@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "crypt/crypt.h"
 #include "crypt/header.h"
 #include "dev/dev.h"
+#include "util/log.h"
 
 #define MEM_SIZE (8u << 20)
 
@@ -445,4 +447,50 @@ Test (crypt, lazy_failed_first_zero_reads_old)
 Test (crypt, lazy_failed_first_trim_reads_old)
 {
   failed_first_write (false, true);
+}
+
+static char last_error[512];
+
+static void
+keep_errors (enum lg_log_level level, const char *msg)
+{
+  if (level == LG_LOG_ERROR)
+    snprintf (last_error, sizeof last_error, "%s", msg);
+}
+
+/* What an authentication failure says: "tampered with" only on a volume
+ * that was clean; on a dirty one, a crash or failed write and what to do
+ * (case 8 of issue 13: it always said "tampered with"). */
+Test (crypt, auth_failure_message_says_what_is_known)
+{
+  uint8_t r[4096];
+  struct lg_dev *d;
+
+  setup_volume (LG_MODE_AEAD, false);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  manage = true;
+  lg_log_set_sink (keep_errors);
+  mem.buf[hdr.data_offset + 3 * 4096 + 17] ^= 1;
+
+  d = open_volume (); /* clean */
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 3 * 4096), -1);
+  cr_assert (strstr (last_error, "under both slots") != NULL, "%s", last_error);
+  cr_assert (strstr (last_error, "tampered with") != NULL, "%s", last_error);
+  lg_dev_close (d);
+  /* As a crash leaves it: dirty. */
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  hdr.flags |= LG_HDR_FLAG_DIRTY;
+  lg_header_set_mac (&hdr, mk);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  d = open_volume (); /* dirty */
+  last_error[0] = '\0';
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 3 * 4096), -1);
+  cr_assert (strstr (last_error, "tampered with") == NULL, "%s", last_error);
+  cr_assert (strstr (last_error, "stopped uncleanly or a write failed") != NULL,
+             "%s", last_error);
+  cr_assert (strstr (last_error, "lungate verify --repair") != NULL, "%s",
+             last_error);
+  manage = false;
+  lg_dev_close (d);
+  lg_log_set_sink (NULL);
 }
