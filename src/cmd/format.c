@@ -91,7 +91,7 @@ lg_cmd_format (int argc, char **argv)
   uint32_t mode = LG_MODE_AEAD;
   uint64_t ops = crypto_pwhash_OPSLIMIT_MODERATE;
   uint64_t mem = crypto_pwhash_MEMLIMIT_MODERATE;
-  bool lazy = false, force = false, used;
+  bool lazy = false, force = false, used, interrupted;
   int c, status = LG_EXIT_FAIL;
 
   if (lg_login_init (&login) < 0)
@@ -190,6 +190,17 @@ lg_cmd_format (int argc, char **argv)
               raw->name, raw->size);
     goto out;
   }
+  /* A format that was interrupted wiped the header area first and sealed
+   * units from the first on: metadata where the header says nothing. */
+  if (lg_dev_pread (raw, hb, sizeof hb, h.md_offset) < 0)
+    goto out;
+  interrupted = !sodium_is_zero (hb, sizeof hb);
+  if (!force && interrupted) {
+    lg_error ("%s: the LUN holds part of an interrupted lungate format "
+              "(metadata without a header): use --force to format it again",
+              raw->name);
+    goto out;
+  }
   h.version = LG_HDR_VERSION;
   h.mode = mode;
   h.flags = lazy ? LG_HDR_FLAG_LAZY : 0;
@@ -222,15 +233,18 @@ lg_cmd_format (int argc, char **argv)
    * is left alone.  Old bytes there fail authentication (the UUID is in
    * every tag), so such a unit reads EIO until it is written, never as
    * someone else's data. */
-  if (lg_dev_zero (raw, lazy ? LG_HDR_AREA : raw->size, 0, LG_MAY_TRIM) < 0) {
+  /* Except after an interrupted format (or with --force): its sealed
+   * slots would read as errors, so the metadata area is wiped too. */
+  if (lg_dev_zero (raw,
+                   !lazy                      ? raw->size
+                       : interrupted || force ? h.data_offset
+                                              : LG_HDR_AREA,
+                   0, LG_MAY_TRIM)
+      < 0) {
     lg_progress_end ();
     goto out;
   }
   lg_progress_end ();
-  if (lazy && force)
-    lg_warn ("%s: --lazy leaves the metadata area as it is: units of the "
-             "old data read as errors until written",
-             raw->name);
   if (!lazy) {
     lg_progress_start ("format: sealing units");
     if (lg_crypt_init_units (cd, 0, h.nunits, progress) < 0) {
