@@ -76,6 +76,10 @@ struct cdev {
    * any failed write.  clean_at_close: mark the header clean on close. */
   bool manage_dirty, was_dirty;
   atomic_bool trust_newer, write_failed, clean_at_close;
+  /* The header is marked dirty before the first write, not at open: an
+   * open that never writes (nbdkit -r) leaves the LUN as it was. */
+  pthread_mutex_t dirty_lock;
+  atomic_bool marked;
   uint8_t *mk; /* sodium memory, for the header MAC */
 
   /* After the lower device logged in again, its header is read before the
@@ -1013,6 +1017,29 @@ cdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   return r;
 }
 
+static int set_dirty (struct cdev *x, bool dirty);
+
+/* Before the first write of the session: the header says dirty. */
+static int
+ensure_dirty (struct cdev *x)
+{
+  int r = 0;
+
+  if (!x->manage_dirty || atomic_load (&x->marked))
+    return 0;
+  pthread_mutex_lock (&x->dirty_lock);
+  if (!atomic_load (&x->marked)) {
+    if (!x->was_dirty && set_dirty (x, true) < 0) {
+      lg_error ("%s: cannot mark the volume open for writing: %m", x->dev.name);
+      r = -1;
+    }
+    else
+      atomic_store (&x->marked, true);
+  }
+  pthread_mutex_unlock (&x->dirty_lock);
+  return r;
+}
+
 static int
 cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
              unsigned flags)
@@ -1025,7 +1052,7 @@ cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   const uint8_t *src = buf;
   int r = -1, saved;
 
-  if (lower_check (x) < 0)
+  if (lower_check (x) < 0 || ensure_dirty (x) < 0)
     return -1;
   span_init (&sp, u0, u1);
   span_lock (x, &sp, true);
@@ -1129,7 +1156,7 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
 static int
 cdev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
-  if (lower_check (to_cdev (d)) < 0)
+  if (lower_check (to_cdev (d)) < 0 || ensure_dirty (to_cdev (d)) < 0)
     return -1;
   return zero_range (to_cdev (d), count, off, true, flags);
 }
@@ -1140,7 +1167,7 @@ cdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   if (flags & LG_FAST_ZERO) {
     /* A metadata write per 42 units is fast; the data is left alone. */
   }
-  if (lower_check (to_cdev (d)) < 0)
+  if (lower_check (to_cdev (d)) < 0 || ensure_dirty (to_cdev (d)) < 0)
     return -1;
   return zero_range (to_cdev (d), count, off, (flags & LG_MAY_TRIM) != 0,
                      flags);
@@ -1174,6 +1201,7 @@ cdev_close (struct lg_dev *d)
 
   lg_dev_watch_login (x->lower, NULL, NULL);
   if (x->manage_dirty && atomic_load (&x->clean_at_close)
+      && (atomic_load (&x->marked) || x->was_dirty)
       && !atomic_load (&x->write_failed) && !atomic_load (&x->replaced)) {
     /* Every write of the session completed: make them durable, then say
      * so in the header. */
@@ -1190,6 +1218,7 @@ cdev_close (struct lg_dev *d)
     pthread_rwlock_destroy (&x->stripe[i]);
   cache_destroy (&x->cache);
   pthread_mutex_destroy (&x->recheck);
+  pthread_mutex_destroy (&x->dirty_lock);
   sodium_free (x->key);
   sodium_memzero (x->prefix, sizeof x->prefix);
   sodium_free (x);
@@ -1272,6 +1301,8 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   for (int i = 0; i < STRIPES; i++)
     pthread_rwlock_init (&x->stripe[i], NULL);
   pthread_mutex_init (&x->recheck, NULL);
+  pthread_mutex_init (&x->dirty_lock, NULL);
+  atomic_init (&x->marked, false);
   {
     struct lg_dev_transport t = { 0 };
 
@@ -1308,11 +1339,6 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
       goto fail;
     }
     memcpy (x->mk, mk, LG_KEY_BYTES);
-    if (!x->was_dirty && set_dirty (x, true) < 0) {
-      snprintf (err, errlen, "%s: cannot mark the volume open: %s", lower->name,
-                strerror (errno));
-      goto fail;
-    }
     if (x->was_dirty)
       lg_info ("%s: the volume was not closed cleanly: each first write to "
                "a unit checks which slot is current (lungate verify "
@@ -1399,8 +1425,10 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
   uint8_t *buf = malloc (batch * LG_UNIT_SIZE);
   int64_t total = 0;
 
-  if (buf == NULL)
+  if (buf == NULL || (repair && ensure_dirty (x) < 0)) {
+    free (buf);
     return -1;
+  }
   for (uint64_t u = first; u < first + n; u += batch) {
     uint64_t cnt = first + n - u < batch ? first + n - u : batch;
     struct span sp;
@@ -1473,35 +1501,18 @@ lg_keyfile_read (const char *path)
   return k;
 }
 
-int
-lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
-                 struct lg_header *h, uint8_t *mk, char *err, size_t errlen)
+/* Opens copy h with ks into mk: 0, or -1 with err (EACCES wrong key,
+ * EINVAL a MAC mismatch). */
+static int
+unlock_copy (struct lg_dev *lower, const struct lg_keysrc *ks,
+             const struct lg_header *h, uint8_t *mk, char *err, size_t errlen)
 {
   int slot;
 
-  if (lg_header_read (lower, h, err, errlen) < 0) {
-    int saved = errno;
-
-    if (saved == ENOENT)
-      snprintf (err, errlen,
-                "%s: no lungate header: not formatted (lungate "
-                "format)",
-                lower->name);
-    errno = saved;
-    return -1;
-  }
   if (ks->keyfile)
     slot = lg_keyslot_open_keyfile (h, ks->keyfile, mk);
-  else if (ks->passphrase)
+  else
     slot = lg_keyslot_open_passphrase (h, ks->passphrase, mk);
-  else {
-    snprintf (err, errlen,
-              "%s: the LUN is encrypted: give a key file or a "
-              "passphrase",
-              lower->name);
-    errno = EACCES;
-    return -1;
-  }
   if (slot < 0) {
     snprintf (err, errlen, "%s: wrong %s: no key slot opens with it",
               lower->name, ks->keyfile ? "key" : "passphrase");
@@ -1519,4 +1530,56 @@ lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
   }
   lg_debug ("%s: unlocked with key slot %d", lower->name, slot);
   return 0;
+}
+
+int
+lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
+                 struct lg_header *h, uint8_t *mk, char *err, size_t errlen)
+{
+  struct lg_header hc[2];
+  unsigned n;
+  int r = -1, saved = 0;
+
+  if (lg_header_read_all (lower, hc, &n, err, errlen) < 0) {
+    saved = errno;
+    if (saved == ENOENT)
+      snprintf (err, errlen,
+                "%s: no lungate header: not formatted (lungate "
+                "format)",
+                lower->name);
+    errno = saved;
+    return -1;
+  }
+  if (ks->keyfile == NULL && ks->passphrase == NULL) {
+    snprintf (err, errlen,
+              "%s: the LUN is encrypted: give a key file or a "
+              "passphrase",
+              lower->name);
+    errno = EACCES;
+    goto out;
+  }
+  /* The newest copy that authenticates with this key: a newer one that
+   * does not was forged or damaged (its checksum proves nothing), and is
+   * replaced by the next header write. */
+  for (unsigned i = 0; i < n && r < 0; i++) {
+    char e[256];
+
+    r = unlock_copy (lower, ks, &hc[i], mk, e, sizeof e);
+    if (r == 0) {
+      *h = hc[i];
+      if (i > 0)
+        lg_warn ("%s: the newest header copy does not open with this key "
+                 "(forged or damaged): using the other one",
+                 lower->name);
+    }
+    else if (i == 0) {
+      snprintf (err, errlen, "%s", e);
+      saved = errno;
+    }
+  }
+  if (r < 0)
+    errno = saved ? saved : EACCES;
+out:
+  sodium_memzero (hc, sizeof hc);
+  return r;
 }

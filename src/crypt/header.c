@@ -702,11 +702,11 @@ read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE], char *err,
 }
 
 int
-lg_header_read (struct lg_dev *dev, struct lg_header *h, char *err,
-                size_t errlen)
+lg_header_read_all (struct lg_dev *dev, struct lg_header hc[2], unsigned *n,
+                    char *err, size_t errlen)
 {
   uint8_t buf[2][LG_HDR_SIZE];
-  struct lg_header hc[2];
+  struct lg_header p[2];
   char why[2][200];
   int r[2], c, o;
 
@@ -720,30 +720,41 @@ lg_header_read (struct lg_dev *dev, struct lg_header *h, char *err,
     return -1;
   }
   for (c = 0; c < 2; c++)
-    r[c] = lg_header_parse (buf[c], dev->size, &hc[c], why[c], sizeof why[c]);
+    r[c] = lg_header_parse (buf[c], dev->size, &p[c], why[c], sizeof why[c]);
   if (r[0] < 0 && r[1] < 0)
     return fail (err, errlen, "header copy 0: %s; header copy 1: %s", why[0],
                  why[1]);
 
   /* The newest valid copy; copy 0 when both are valid with one seq. */
-  c = r[0] == 0 && (r[1] < 0 || hc[0].seq >= hc[1].seq) ? 0 : 1;
+  c = r[0] == 0 && (r[1] < 0 || p[0].seq >= p[1].seq) ? 0 : 1;
   o = 1 - c;
-  if (memcmp (buf[c], buf[o], LG_HDR_SIZE) != 0 && !dev->read_only) {
-    if (r[o] < 0)
-      lg_warn ("%s: header copy %d is damaged (%s): rewriting it from copy "
-               "%d",
-               dev->name, o, why[o], c);
-    else
-      lg_warn ("%s: header copy %d is older (seq %" PRIu64
-               ", copy %d has %" PRIu64 "): rewriting it from copy %d",
-               dev->name, o, hc[o].seq, c, hc[c].seq, c);
-    /* A failed repair is not fatal: the header we return is good, and the
-     * next successful write rewrites both copies. */
-    if (lg_dev_pwrite (dev, buf[c], LG_HDR_SIZE, copy_offset[o], 0) < 0
-        || lg_dev_flush (dev) < 0)
-      lg_warn ("%s: could not repair header copy %d: %m", dev->name, o);
+  hc[0] = p[c];
+  *n = 1;
+  if (r[o] < 0)
+    lg_warn ("%s: header copy %d is damaged (%s); the next header update "
+             "rewrites it",
+             dev->name, o, why[o]);
+  else if (memcmp (buf[c], buf[o], LG_HDR_SIZE) != 0) {
+    lg_debug ("%s: header copy %d is older (seq %" PRIu64
+              ", copy %d has %" PRIu64 ")",
+              dev->name, o, p[o].seq, c, p[c].seq);
+    hc[(*n)++] = p[o];
   }
-  *h = hc[c];
+  sodium_memzero (p, sizeof p);
+  return 0;
+}
+
+int
+lg_header_read (struct lg_dev *dev, struct lg_header *h, char *err,
+                size_t errlen)
+{
+  struct lg_header hc[2];
+  unsigned n;
+
+  if (lg_header_read_all (dev, hc, &n, err, errlen) < 0)
+    return -1;
+  *h = hc[0];
+  sodium_memzero (hc, sizeof hc);
   return 0;
 }
 

@@ -94,12 +94,18 @@ int lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
 /* true if buf starts with the magic (a header, valid or not, is there). */
 bool lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE]);
 
-/* Reads both copies from dev and returns the newest valid one; when the
- * other copy is damaged or older, rewrites it (unless the device is
- * read-only).  -1 with errno: ENOENT (no header at all), EINVAL (only
- * damaged copies: the reasons in err), EIO. */
+/* Reads both copies from dev and returns the newest valid one.  Nothing
+ * is written: a copy that is damaged, older, or newer but forged is
+ * rewritten only by the next lg_header_write, made by someone who opened
+ * the header with its key.  -1 with errno: ENOENT (no header at all),
+ * EINVAL (only damaged copies: the reasons in err), EIO. */
 int lg_header_read (struct lg_dev *dev, struct lg_header *h, char *err,
                     size_t errlen);
+/* The same, with every valid copy: hc[0] the newest, hc[1] the other when
+ * it is valid too and differs (*n is 1 or 2).  For whoever can check
+ * which one authenticates (lg_crypt_unlock). */
+int lg_header_read_all (struct lg_dev *dev, struct lg_header hc[2], unsigned *n,
+                        char *err, size_t errlen);
 
 /* Writes h with seq+1 to both copies, the older copy first, flushing
  * after each.  Updates h->seq. */

@@ -94,10 +94,11 @@ static uint8_t *mk;
 static bool manage; /* open_volume: manage the dirty flag */
 static char ebuf[256];
 
+static uint8_t kf[LG_KEY_BYTES]; /* the key file of slot 0 */
+
 static void
 setup_volume (uint32_t mode, bool lazy)
 {
-  uint8_t kf[LG_KEY_BYTES];
   char err[256];
   struct lg_dev *d;
 
@@ -344,8 +345,9 @@ Test (crypt, dirty_flag_and_repair)
   memset (b, 'B', sizeof b);
 
   d = open_volume ();
-  cr_assert (disk_dirty (), "open for writing must mark the header dirty");
+  cr_assert (!disk_dirty (), "an open that has not written wrote the header");
   cr_assert_eq (lg_dev_pwrite (d, a, 4096, 9 * 4096, 0), 0);
+  cr_assert (disk_dirty (), "the first write must mark the header dirty");
   lg_dev_close (d);
   cr_assert (!disk_dirty (), "a clean close must mark it clean");
 
@@ -493,4 +495,42 @@ Test (crypt, auth_failure_message_says_what_is_known)
   manage = false;
   lg_dev_close (d);
   lg_log_set_sink (NULL);
+}
+
+/* A newer header copy with a valid checksum that does not authenticate
+ * (forged, or damaged and re-checksummed): a wrong key changes nothing on
+ * the LUN, and the right key opens the older, good copy (issue 13, case
+ * 7: the forged copy replaced the good one before any key check, and the
+ * volume could no longer be opened). */
+Test (crypt, forged_newer_header_copy_is_not_trusted)
+{
+  struct lg_header f, h;
+  uint8_t *mk2, *got, wrong[LG_KEY_BYTES], *before = malloc (LG_HDR_AREA);
+  struct lg_keysrc ks = { 0 };
+  char err[256];
+
+  setup_volume (LG_MODE_AEAD, false); /* sodium_init first */
+  mk2 = sodium_malloc (LG_KEY_BYTES);
+  got = sodium_malloc (LG_KEY_BYTES);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  f = hdr;
+  f.seq = hdr.seq + 5;
+  crypto_kdf_keygen (mk2);
+  lg_header_set_mac (&f, mk2);
+  lg_header_serialize (&f, mem.buf + LG_HDR_COPY0_OFFSET);
+  memcpy (before, mem.buf, LG_HDR_AREA);
+
+  randombytes_buf (wrong, sizeof wrong);
+  ks.keyfile = wrong;
+  cr_assert_eq (lg_crypt_unlock (&mem.dev, &ks, &h, got, err, sizeof err), -1);
+  cr_assert_arr_eq (mem.buf, before, LG_HDR_AREA,
+                    "a wrong key modified the header area");
+  ks.keyfile = kf;
+  cr_assert_eq (lg_crypt_unlock (&mem.dev, &ks, &h, got, err, sizeof err), 0,
+                "%s", err);
+  cr_assert_eq (h.seq, hdr.seq, "not the good copy");
+  cr_assert_eq (sodium_memcmp (got, mk, LG_KEY_BYTES), 0);
+  sodium_free (mk2);
+  sodium_free (got);
+  free (before);
 }
