@@ -1065,10 +1065,13 @@ cdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
     tmp = malloc (n);
     if (tmp == NULL)
       goto out;
+    /* Only the units covered in part: one covered whole is rewritten,
+     * even if what it held no longer authenticates. */
     span_init (&edge, u0, u0 + 1);
-    if (read_units_locked (x, &edge, tmp, NULL, NULL, true, false) != 0)
+    if ((off % LG_UNIT_SIZE != 0 || (u1 - u0 == 1))
+        && read_units_locked (x, &edge, tmp, NULL, NULL, true, false) != 0)
       goto eio;
-    if (u1 - 1 > u0) {
+    if (u1 - 1 > u0 && (off + count) % LG_UNIT_SIZE != 0) {
       span_init (&edge, u1 - 1, u1);
       if (read_units_locked (x, &edge, tmp + n - LG_UNIT_SIZE, NULL, NULL, true,
                              false)

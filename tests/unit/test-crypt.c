@@ -534,3 +534,29 @@ Test (crypt, forged_newer_header_copy_is_not_trusted)
   sodium_free (got);
   free (before);
 }
+
+/* An unaligned write that covers a damaged unit whole rewrites it: only
+ * the units it covers in part are read first (issue 13, case 5: both edge
+ * units were always read, and the damaged one failed the write). */
+Test (crypt, unaligned_write_over_a_damaged_unit)
+{
+  uint8_t w[4096 + 100], r[4096 + 100];
+  struct lg_dev *d;
+
+  setup_volume (LG_MODE_AEAD, false);
+  d = open_volume ();
+  mem.buf[hdr.data_offset + 6 * 4096 + 9] ^= 1; /* unit 6 damaged */
+  fill (w, sizeof w, 3);
+  /* The last 100 bytes of unit 5, and all of unit 6. */
+  cr_assert_eq (lg_dev_pwrite (d, w, sizeof w, 6 * 4096 - 100, 0), 0,
+                "the write failed: %m");
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 6 * 4096 - 100), 0);
+  cr_assert_arr_eq (r, w, sizeof r);
+  /* And the same with the damaged unit at the head. */
+  mem.buf[hdr.data_offset + 9 * 4096 + 9] ^= 1; /* unit 9 damaged */
+  cr_assert_eq (lg_dev_pwrite (d, w, sizeof w, 9 * 4096, 0), 0,
+                "the write failed: %m");
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 9 * 4096), 0);
+  cr_assert_arr_eq (r, w, sizeof r);
+  lg_dev_close (d);
+}
