@@ -61,4 +61,34 @@ timeout 60 "${NBDKIT[@]}" -U - --filter="$LUNGATE_FILTER" file "$TGT_DIR/plain" 
   "key-file=$key" --run "env -u LD_PRELOAD nbdinfo \"\$uri\"" 2>"$TGT_DIR/e" \
   && fail "the filter opened a file that is no volume"
 grep -q "no lungate header" "$TGT_DIR/e" || { cat "$TGT_DIR/e"; fail "no 'no lungate header' message"; }
+# The dirty flag under the filter, as under the plugin: dirty while a
+# writer is connected (and after nbdkit is killed: a crash), clean after
+# the last writer leaves.  (The filter never marked it: after a crash
+# under it the next session trusted the newer slots.)
+state () { "$LUNGATE" info "$url" | sed -n 's/^volume-state: \([a-z]*\).*/\1/p'; }
+[ "$(state)" = clean ] || fail "not clean before"
+sock="$TGT_DIR/filter.sock"
+"${NBDKIT[@]}" -f -U "$sock" --filter="$LUNGATE_FILTER" file "$f" \
+  "key-file=$key" 2>"$TGT_DIR/filter.log" &
+fpid=$!
+on_exit kill -9 "$fpid"
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "write through the filter"
+import nbd, sys
+h = nbd.NBD(); h.connect_unix(sys.argv[1])
+h.pwrite(b"w" * 65536, 4 << 20); h.flush(); h.shutdown()
+PY
+[ "$(state)" = clean ] || fail "not clean after the last writer left"
+env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' &
+import nbd, sys, time
+h = nbd.NBD(); h.connect_unix(sys.argv[1])
+h.pwrite(b"x" * 65536, 4 << 20); h.flush()
+time.sleep(30)
+PY
+writer=$!
+for _ in $(seq 100); do [ "$(state)" = dirty ] && break; sleep 0.1; done
+[ "$(state)" = dirty ] || fail "not dirty while a writer is connected"
+kill -9 "$fpid"; wait "$fpid" 2>/dev/null || true
+kill "$writer" 2>/dev/null; wait "$writer" 2>/dev/null || true
+[ "$(state)" = dirty ] || fail "not dirty after nbdkit was killed"
 echo "test-crypt-filter: ok"

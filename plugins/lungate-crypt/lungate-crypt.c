@@ -41,6 +41,7 @@ static uint8_t *keyfile;
 static char *passphrase;
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned writers;    /* connections that may write (state_lock) */
 static struct lg_dev *cdev; /* the shared crypt device */
 static uint8_t volume_uuid[LG_UUID_BYTES];
 static __thread nbdkit_next *tls_next;
@@ -170,6 +171,9 @@ crypt_load (void)
 static void
 crypt_unload (void)
 {
+  /* No connection is left to write the header through. */
+  if (cdev)
+    lg_crypt_keep_dirty (cdev);
   lg_dev_close (cdev);
   if (keyfile)
     sodium_free (keyfile);
@@ -208,16 +212,49 @@ crypt_config_complete (nbdkit_next_config_complete *next,
 
 /* ---- connections ---- */
 
+/* A connection: whether it counts among the writers. */
+struct handle {
+  bool writer;
+};
+
 static void *
 crypt_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
             const char *exportname, int is_tls)
 {
-  static int handle;
+  struct handle *h;
 
   (void) is_tls;
   if (next (context, readonly, exportname) == -1)
     return NULL;
-  return &handle;
+  h = calloc (1, sizeof *h);
+  if (h == NULL)
+    nbdkit_error ("calloc: %m");
+  return h;
+}
+
+static void
+crypt_close (void *handle)
+{
+  free (handle);
+}
+
+/* The last writer leaves (its backend still there): the header goes back
+ * to clean, as the plugin does at close.  A writer that never gets here
+ * (nbdkit killed) leaves it dirty, and the next open knows. */
+static int
+crypt_finalize (nbdkit_next *next, void *handle)
+{
+  struct handle *h = handle;
+
+  if (!h->writer)
+    return 0;
+  pthread_mutex_lock (&state_lock);
+  tls_next = next;
+  if (--writers == 0 && cdev)
+    lg_crypt_quiesce (cdev);
+  pthread_mutex_unlock (&state_lock);
+  h->writer = false;
+  return 0;
 }
 
 /* The first connection unlocks the volume and makes the shared device;
@@ -232,7 +269,6 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
   int64_t size;
   int r = -1;
 
-  (void) handle;
   pthread_mutex_lock (&state_lock);
   tls_next = next;
   if (cdev) {
@@ -257,7 +293,7 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
       goto out;
     }
     r = 0;
-    goto out;
+    goto count;
   }
   size = next->get_size (next);
   if (size < 0)
@@ -278,13 +314,21 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
     nbdkit_error ("%s", err);
     goto out;
   }
-  cdev = lg_crypt_open (&nextdev, false, &h, mk, 0, false, err, sizeof err);
+  /* The dirty flag as the plugin keeps it: set before the first write,
+   * cleared when the last writer leaves. */
+  cdev = lg_crypt_open (&nextdev, false, &h, mk, 0, !nextdev.read_only, err,
+                        sizeof err);
   if (cdev == NULL) {
     nbdkit_error ("%s", err);
     goto out;
   }
   memcpy (volume_uuid, h.uuid, sizeof volume_uuid);
   r = 0;
+count:
+  if (!readonly && !nextdev.read_only) {
+    ((struct handle *) handle)->writer = true;
+    writers++;
+  }
 
 out:
   if (mk)
@@ -425,7 +469,9 @@ static struct nbdkit_filter filter = {
   .config_complete = crypt_config_complete,
   .config_help = crypt_config_help,
   .open = crypt_open,
+  .close = crypt_close,
   .prepare = crypt_prepare,
+  .finalize = crypt_finalize,
   .get_size = crypt_get_size,
   .block_size = crypt_block_size,
   .can_trim = crypt_can_trim,

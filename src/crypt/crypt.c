@@ -1197,22 +1197,49 @@ set_dirty (struct cdev *x, bool dirty)
   return lg_header_write (x->lower, &x->h);
 }
 
+/* Every write of the session completed: make them durable, then say so in
+ * the header (when this session marked it dirty, or found it dirty and
+ * repaired it). */
+static void
+mark_clean (struct cdev *x)
+{
+  if (!x->manage_dirty || !atomic_load (&x->clean_at_close)
+      || !(atomic_load (&x->marked) || x->was_dirty)
+      || atomic_load (&x->write_failed) || atomic_load (&x->replaced))
+    return;
+  if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
+    lg_warn ("%s: could not mark the volume clean (%m): the next open "
+             "checks before each first write",
+             x->dev.name);
+  else {
+    atomic_store (&x->marked, false);
+    x->was_dirty = false;
+  }
+}
+
+void
+lg_crypt_quiesce (struct lg_dev *d)
+{
+  struct cdev *x = to_cdev (d);
+
+  pthread_mutex_lock (&x->dirty_lock);
+  mark_clean (x);
+  pthread_mutex_unlock (&x->dirty_lock);
+}
+
+void
+lg_crypt_keep_dirty (struct lg_dev *d)
+{
+  atomic_store (&to_cdev (d)->clean_at_close, false);
+}
+
 static void
 cdev_close (struct lg_dev *d)
 {
   struct cdev *x = to_cdev (d);
 
   lg_dev_watch_login (x->lower, NULL, NULL);
-  if (x->manage_dirty && atomic_load (&x->clean_at_close)
-      && (atomic_load (&x->marked) || x->was_dirty)
-      && !atomic_load (&x->write_failed) && !atomic_load (&x->replaced)) {
-    /* Every write of the session completed: make them durable, then say
-     * so in the header. */
-    if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
-      lg_warn ("%s: could not mark the volume clean (%m): the next open "
-               "checks before each first write",
-               x->dev.name);
-  }
+  mark_clean (x);
   if (x->mk)
     sodium_free (x->mk);
   if (x->owns_lower)

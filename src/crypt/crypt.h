@@ -46,6 +46,13 @@ struct lg_dev *lg_crypt_open (struct lg_dev *lower, bool owns_lower,
                               size_t md_cache_blocks, bool manage_dirty,
                               char *err, size_t errlen);
 
+/* Nothing writes now (the last writer of a shared device left): flush,
+ * and mark the header clean if this device marked it dirty; the next
+ * write marks it dirty again. */
+void lg_crypt_quiesce (struct lg_dev *d);
+/* Close without touching the header (its lower device is gone). */
+void lg_crypt_keep_dirty (struct lg_dev *d);
+
 /* Whether the volume was found dirty (see above) at open. */
 bool lg_crypt_was_dirty (const struct lg_dev *d);
 
