@@ -363,6 +363,11 @@ lg_s_issue (struct lg_session *s, struct lg_cmd *cmd)
 {
   int r;
 
+  if (atomic_load (&s->stopping)) {
+    /* The loop thread logs out on the context without the lock. */
+    lg_s_report_unknown (s, cmd, "the session is closing");
+    return;
+  }
   if (!s->up || (s->recovering && !cmd->priority)) {
     if (s->failing || cmd->priority)
       lg_s_report_unknown (s, cmd, s->dead_msg);
@@ -458,7 +463,8 @@ lg_s_flush_out (struct lg_session *s)
 {
   char why[256];
 
-  if (!s->up || !(iscsi_which_events (s->ctx) & POLLOUT))
+  if (!s->up || atomic_load (&s->stopping)
+      || !(iscsi_which_events (s->ctx) & POLLOUT))
     return false;
   if (iscsi_service (s->ctx, POLLOUT) < 0 || s->broken) {
     lg_s_connection_lost (s, lg_s_why (s->ctx, why, sizeof why));

@@ -352,6 +352,32 @@ loop_down (struct lg_session *s)
   pthread_mutex_unlock (&s->lock);
 }
 
+/* Logs out politely, bounded: the target frees the session at once.  The
+ * identity check's thread may still submit (and is refused: stopping), so
+ * the context is serviced under the lock. */
+static void
+log_out (struct lg_session *s)
+{
+  int64_t deadline = lg_mono_ms () + 2000;
+  bool out;
+
+  pthread_mutex_lock (&s->lock);
+  out = s->up && iscsi_logout_async (s->ctx, logout_cb, s) == 0;
+  pthread_mutex_unlock (&s->lock);
+  while (out && s->phase != PHASE_LOGGED_OUT && lg_mono_ms () < deadline) {
+    struct pollfd pfd = { .fd = iscsi_get_fd (s->ctx), .revents = 0 };
+
+    pthread_mutex_lock (&s->lock);
+    pfd.events = (short) iscsi_which_events (s->ctx);
+    pthread_mutex_unlock (&s->lock);
+    if (poll (&pfd, 1, 100) < 0 && errno != EINTR)
+      break;
+    pthread_mutex_lock (&s->lock);
+    out = iscsi_service (s->ctx, pfd.revents) == 0;
+    pthread_mutex_unlock (&s->lock);
+  }
+}
+
 static void *
 loop (void *arg)
 {
@@ -381,15 +407,7 @@ loop (void *arg)
       loop_down (s);
   }
 
-  /* Log out politely, bounded: the target frees the session at once.  No
-   * submitter is left (close requires it), so the lock is not needed. */
-  if (s->up && iscsi_logout_async (s->ctx, logout_cb, s) == 0) {
-    int64_t deadline = lg_mono_ms () + 2000;
-
-    while (s->phase != PHASE_LOGGED_OUT && lg_mono_ms () < deadline)
-      if (lg_s_service_once (s, 100, &last) < 0)
-        break;
-  }
+  log_out (s);
   return NULL;
 }
 
