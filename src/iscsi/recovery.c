@@ -506,6 +506,11 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
    * target that accepts logins and drops them at once gets no storm. */
   if (s->down_since - s->up_since >= 10 * 1000)
     s->backoff_ms = 0;
+  else {
+    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : MIN_BACKOFF_MS;
+    if (s->backoff_ms > MAX_BACKOFF_MS)
+      s->backoff_ms = MAX_BACKOFF_MS;
+  }
   s->next_attempt = s->down_since;
   if (s->backoff_ms)
     s->next_attempt += s->backoff_ms / 2
