@@ -43,7 +43,7 @@ lg_s_wake (struct lg_session *s)
 void
 lg_s_set_ready (struct lg_session *s)
 {
-  atomic_store (&s->ready, s->up && !s->recovering && !s->failing);
+  atomic_store (&s->health, s->failing ? 0 : s->up && !s->recovering ? 2 : 1);
 }
 
 void

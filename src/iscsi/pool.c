@@ -195,31 +195,28 @@ lg_pool_lun_events (const struct lg_pool *p)
   return sum (p, lg_session_lun_events);
 }
 
-/* The least loaded session among those that are ready (logged in, not
- * recovering), or among all when none is: a session that is down fails or
- * holds what it gets, and must not take traffic from healthy ones.  The
- * loads are read without a lock: a stale value only makes the balance
- * slightly worse, never wrong. */
+/* The least loaded of the healthiest sessions (lg_session_health): one
+ * that is down fails or holds what it gets, and must not take traffic
+ * from one that is up; one that is down but within its budget is better
+ * than one failing at once.  The loads are read without a lock: a stale
+ * value only makes the balance slightly worse, never wrong. */
 static struct lg_session *
 choose (const struct lg_pool *p)
 {
-  struct lg_session *best = NULL;
-  unsigned best_load = 0;
+  struct lg_session *best = p->s[0];
+  int best_health = lg_session_health (best);
+  unsigned best_load = lg_session_load (best);
 
-  for (int pass = 0; pass < 2 && best == NULL; pass++)
-    for (unsigned i = 0; i < p->n; i++) {
-      unsigned l;
+  for (unsigned i = 1; i < p->n; i++) {
+    int h = lg_session_health (p->s[i]);
+    unsigned l = lg_session_load (p->s[i]);
 
-      if (pass == 0 && !lg_session_ready (p->s[i]))
-        continue;
-      l = lg_session_load (p->s[i]);
-      if (best == NULL || l < best_load) {
-        best = p->s[i];
-        best_load = l;
-        if (l == 0)
-          break;
-      }
+    if (h > best_health || (h == best_health && l < best_load)) {
+      best = p->s[i];
+      best_health = h;
+      best_load = l;
     }
+  }
   return best;
 }
 

@@ -242,11 +242,13 @@ lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd)
     lg_s_hold (s, cmd);
 }
 
-/* After a login, lun is not the LUN that was opened, or could not be
- * checked: what was held for it fails, and its lost doubts stay fenced
- * (a write to the old disk may still land there, not on this one). */
+/* After a login, lun is not the LUN that was opened (changed), or could
+ * not be checked: what was held for it fails.  When it changed, its lost
+ * doubts stay fenced for good (a write to the old disk may still land
+ * there, and no answer from this one says otherwise); else the recovery's
+ * LUN RESET still settles them. */
 void
-lg_s_lun_changed (struct lg_session *s, int lun, const char *why)
+lg_s_lun_changed (struct lg_session *s, int lun, bool changed, const char *why)
 {
   struct lg_cmd *c = s->held, *keep = NULL, *keep_tail = NULL;
   struct lg_doubt *d, *next;
@@ -265,7 +267,7 @@ lg_s_lun_changed (struct lg_session *s, int lun, const char *why)
   }
   s->held = keep;
   s->held_tail = keep_tail;
-  for (d = s->doubts; d; d = next) {
+  for (d = s->doubts; d && changed; d = next) {
     next = d->snext;
     if (d->lun == lun && d->lost)
       fence_for_good (s, d, why);

@@ -124,7 +124,7 @@ struct lg_session {
   char last_err[256];
   int64_t last_err_log;
 
-  atomic_bool ready; /* up and not recovering (for the pool's choice) */
+  atomic_int health; /* lg_session_health */
   atomic_uint load;  /* submitted and not completed */
   atomic_uint reconnects, retries, lun_events, timeouts;
 };
@@ -156,7 +156,8 @@ const char *lg_s_name (const struct lg_session *s);
 void lg_s_after_login (struct lg_session *s);
 
 /* recovery.c */
-void lg_s_lun_changed (struct lg_session *s, int lun, const char *why);
+void lg_s_lun_changed (struct lg_session *s, int lun, bool changed,
+                       const char *why);
 void lg_s_connection_lost (struct lg_session *s, const char *why);
 void lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd);
 void lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd);

@@ -208,7 +208,7 @@ validator (void *arg)
    * checks again. */
   for (unsigned i = 0; i < s->nvluns; i++)
     if (r == NULL || r[i] == -1 || (r[i] < 0 && s->up))
-      lg_s_lun_changed (s, s->vluns[i],
+      lg_s_lun_changed (s, s->vluns[i], r && r[i] == -1,
                         r && r[i] == -1 ? "the LUN changed identity"
                                         : "the LUN could not be checked "
                                           "again after the login");
@@ -251,7 +251,8 @@ lg_s_after_login (struct lg_session *s)
               strerror (err));
     s->validating = false;
     for (unsigned i = 0; i < s->nvluns; i++)
-      lg_s_lun_changed (s, s->vluns[i], "the LUN could not be checked again");
+      lg_s_lun_changed (s, s->vluns[i], false,
+                        "the LUN could not be checked again");
     lg_s_recover (s);
     return;
   }
@@ -602,10 +603,10 @@ lg_session_load (const struct lg_session *s)
   return atomic_load (&s->load);
 }
 
-bool
-lg_session_ready (const struct lg_session *s)
+int
+lg_session_health (const struct lg_session *s)
 {
-  return atomic_load (&s->ready);
+  return atomic_load (&s->health);
 }
 
 unsigned

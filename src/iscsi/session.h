@@ -167,9 +167,11 @@ struct lg_target_list *lg_discover (const struct lg_login *login,
 
 /* Commands in flight or queued on this session (for load balancing). */
 unsigned lg_session_load (const struct lg_session *s);
-/* Logged in and issuing (not down, not confirming what a fault left
- * unknown): a hint for the pool's choice. */
-bool lg_session_ready (const struct lg_session *s);
+/* For the pool's choice (a hint, read without the lock): 2 logged in and
+ * issuing; 1 logged in but confirming what a fault left unknown, or down
+ * within its outage budget (it holds what it gets); 0 failing what it
+ * gets. */
+int lg_session_health (const struct lg_session *s);
 
 /* Counters: logins after a lost connection; commands retried after BUSY
  * or TASK SET FULL; commands aborted after CMD_TIMEOUT_MS; unit attentions that say the LUN may have changed
