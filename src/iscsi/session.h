@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* One iSCSI session: a libiscsi context owned by its own event-loop thread.
+/* One iSCSI session: a libiscsi context and the event-loop thread that
+ * services it.
  *
  * Callers on any thread fill a struct lg_cmd (a SCSI task built with
  * libiscsi's scsi_cdb_* helpers, the LUN, the caller's data buffer) and
- * submit it; the loop thread issues it with iscsi_scsi_command_async,
- * services the socket, and on completion records status and sense in the
- * command and signals the command's waiter.  Only the loop thread touches
- * the libiscsi context, so libiscsi needs no locks; the submit queue is the
- * only shared state and its lock is never held across a round trip.
+ * submit it; the submitting thread issues it and writes it to the socket
+ * under the session's lock, the loop thread reads the replies, and on
+ * completion the status and sense are recorded in the command and its
+ * waiter is signalled.  The lock is never held across a round trip.  A
+ * lost connection, a command without an answer and the login after are
+ * the session's to handle (recovery.c says what is promised); the caller
+ * sees a delay, or an error once the outage budget is spent.
  */
 #ifndef LG_SESSION_H
 #define LG_SESSION_H
