@@ -148,7 +148,9 @@ struct lg_session *lg_session_open (const struct lg_login *login,
                                     const struct lg_shared *shared, char *err,
                                     size_t errlen);
 
-/* Closes: logs out, stops the thread, frees.  No command may be pending. */
+/* Closes: logs out, stops the thread, frees.  No command should be
+ * pending; one that is fails (a write among them stays fenced in the
+ * pool's fence, which outlives the session). */
 void lg_session_close (struct lg_session *s);
 
 /* Queues cmd; it completes through cmd->waiter, whose pending count the
