@@ -7,7 +7,11 @@
 # newer data.  Two scenarios at once, each with its own LUN and mount:
 #   mplain  plain LUN (the backing file is checked too);
 #   mcrypt  encrypted (aead) LUN, stalled by the offset of the unit's
-#           ciphertext; the unit must read as the newer plaintext.
+#           ciphertext; the unit must read as the newer plaintext;
+#   m150    plain LUN, stalled 150 s (past three command timeouts) with
+#           --io-timeout -1: the stalled write must succeed;
+#   mcut    plain LUN, stalled 75 s, the mount's connections to the
+#           target cut (ss -K) 10 s into the stall.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate
 require fusermount3 mountpoint
@@ -17,6 +21,8 @@ t=iqn.2026-11.org.lungate:stall-mount
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_add_lun 1 2 16M
+tgt_add_lun 1 3 16M
+tgt_add_lun 1 4 16M
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t"
 key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
@@ -31,12 +37,14 @@ cboff=$((data_off + coff))
 
 fault_rule "op=write path=lun-1-1.img match=OLD-mplain- action=stall:75000"
 fault_rule "op=write path=lun-1-2.img off=$cboff-$((cboff + 4096)) action=stall:75000"
+fault_rule "op=write path=lun-1-3.img match=OLD-m150- action=stall:150000"
+fault_rule "op=write path=lun-1-4.img match=OLD-mcut- action=stall:75000"
 
 declare -A mnt_pid
 umount_all ()
 {
   local name
-  for name in mplain mcrypt; do
+  for name in mplain mcrypt m150 mcut; do
     fusermount3 -u -z "$TGT_DIR/$name.mnt" 2>/dev/null || true
   done
   sleep 0.5
@@ -60,6 +68,8 @@ mount_lun () # NAME LUN OPTION...
 }
 mount_lun mplain 1
 mount_lun mcrypt 2 --key-file "$key"
+mount_lun m150 3 --io-timeout -1
+mount_lun mcut 4
 
 declare -A job
 run () # NAME LUN LINE ARGS...
@@ -73,24 +83,32 @@ run () # NAME LUN LINE ARGS...
 }
 run mplain 1 1 --off "$off" --backing "$(tgt_lun_file 1 1)"
 run mcrypt 2 2 --off "$coff"
+run m150 3 3 --off "$off" --backing "$(tgt_lun_file 1 3)" --expect-old success
+run mcut 4 4 --off "$off" --backing "$(tgt_lun_file 1 4)"
+
+# The cut: 10 s into the stall of rule 4.
+fault_wait_log '^stall-begin 4 ' 60
+sleep 10
+fault_log_has '^stall-end 4 ' && fail "the cut scenario's stall ended early"
+fault_cut_conns "${mnt_pid[mcut]}"
 
 failed=()
-for name in mplain mcrypt; do
+for name in mplain mcrypt m150 mcut; do
   rc=0; wait "${job[$name]}" || rc=$?
   cat "$TGT_DIR/$name.out"
   [ "$rc" -eq 0 ] || failed+=("$name (status $rc)")
 done
-for name in mplain mcrypt; do
+for name in mplain mcrypt m150 mcut; do
   _lg_alive "${mnt_pid[$name]}" || failed+=("$name: lungate mount died")
 done
 echo "--- faultio.log ---"; cat "$FAULT_LOG"
 if [ "${#failed[@]}" -gt 0 ]; then
-  for name in mplain mcrypt; do
+  for name in mplain mcrypt m150 mcut; do
     echo "--- $name.mount.log (last lines) ---"; tail -n 15 "$TGT_DIR/$name.mount.log"
   done
   fail "scenarios failed: ${failed[*]}"
 fi
-for name in mplain mcrypt; do
+for name in mplain mcrypt m150 mcut; do
   fusermount3 -u "$TGT_DIR/$name.mnt" || fail "unmount $name"
   rc=0; with_timeout 30 tail --pid="${mnt_pid[$name]}" -f /dev/null || rc=$?
   [ "$rc" -eq 0 ] || fail "lungate mount $name did not exit after the unmount"
