@@ -271,20 +271,7 @@ static int
 session_task (void *opaque, int lun, struct scsi_task *task, char *msg,
               size_t len)
 {
-  struct lg_cmd cmd;
-  int err;
-
-  memset (&cmd, 0, sizeof cmd);
-  cmd.kind = LG_CMD_SCSI;
-  cmd.task = task;
-  cmd.lun = lun;
-  lg_session_exec_now (opaque, &cmd);
-  err = lg_cmd_errno (&cmd, msg, len);
-  if (err) {
-    errno = err;
-    return -1;
-  }
-  return 0;
+  return lg_session_task_now (opaque, lun, task, NULL, 0, msg, len);
 }
 
 /* Reads whole blocks of the LUN on one session, for a login check. */
@@ -310,26 +297,16 @@ sreader_pread (struct lg_dev_reader *rd, void *buf, size_t count, uint64_t off)
   task = scsi_cdb_read16 (off / bs, (uint32_t) count, (int) bs, 0, 0, 0, 0, 0);
   if (task == NULL)
     return -1;
-  {
-    struct lg_cmd cmd;
-    int err;
+  ret = lg_session_task_now (r->s, r->x->lun, task, buf, count, msg,
+                             sizeof msg);
+  if (ret < 0) {
+    int err = errno;
 
-    memset (&cmd, 0, sizeof cmd);
-    cmd.kind = LG_CMD_SCSI;
-    cmd.task = task;
-    cmd.lun = r->x->lun;
-    cmd.iov.iov_base = buf;
-    cmd.iov.iov_len = count;
-    lg_session_exec_now (r->s, &cmd);
-    err = lg_cmd_errno (&cmd, msg, sizeof msg);
-    ret = err ? -1 : 0;
-    scsi_free_scsi_task (task);
-    if (err) {
-      lg_warn ("%s: reading LBA %" PRIu64 " after the login: %s",
-               r->x->dev.name, off / bs, msg);
-      errno = err;
-    }
+    lg_warn ("%s: reading LBA %" PRIu64 " after the login: %s", r->x->dev.name,
+             off / bs, msg);
+    errno = err;
   }
+  scsi_free_scsi_task (task);
   return ret;
 }
 

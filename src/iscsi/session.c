@@ -29,6 +29,7 @@
 
 #include <sodium.h>
 
+#include "iscsi/sense.h"
 #include "iscsi/session-int.h"
 #include "util/log.h"
 
@@ -582,6 +583,28 @@ lg_session_exec_now (struct lg_session *s, struct lg_cmd *cmd)
   cmd->priority = true;
   lg_session_exec (s, cmd);
   cmd->priority = false;
+}
+
+int
+lg_session_task_now (struct lg_session *s, int lun, struct scsi_task *task,
+                     void *buf, size_t buflen, char *msg, size_t len)
+{
+  struct lg_cmd cmd;
+  int err;
+
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_SCSI;
+  cmd.task = task;
+  cmd.lun = lun;
+  cmd.iov.iov_base = buf;
+  cmd.iov.iov_len = buflen;
+  lg_session_exec_now (s, &cmd);
+  err = lg_cmd_errno (&cmd, msg, len);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
 }
 
 void

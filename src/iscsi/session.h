@@ -162,6 +162,10 @@ void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
 /* The same for lg_shared.validate: the command goes out while the session
  * holds everything else, and fails at once when the connection goes. */
 void lg_session_exec_now (struct lg_session *s, struct lg_cmd *cmd);
+/* One SCSI task so, with buf (buflen bytes, or NULL) as its data buffer:
+ * 0, or -1 with errno set and a sentence in msg. */
+int lg_session_task_now (struct lg_session *s, int lun, struct scsi_task *task,
+                         void *buf, size_t buflen, char *msg, size_t len);
 
 /* Logs in to portal for discovery, asks for SendTargets=All and logs
  * out.  The list holds only what passed lg_targets_copy (a warning says
