@@ -1185,10 +1185,16 @@ set_dirty (struct cdev *x, bool dirty)
   struct lg_header now;
   char err[256];
 
-  if (lg_header_read (x->lower, &now, err, sizeof err) == 0
-      && sodium_memcmp (now.uuid, x->h.uuid, sizeof now.uuid) == 0
-      && lg_header_check_mac (&now, x->mk) == 0)
-    x->h = now;
+  if (lg_header_read (x->lower, &now, err, sizeof err) == 0) {
+    if (sodium_memcmp (now.uuid, x->h.uuid, sizeof now.uuid) != 0) {
+      /* Another volume: never write our header over it. */
+      sodium_memzero (&now, sizeof now);
+      errno = ESHUTDOWN;
+      return -1;
+    }
+    if (lg_header_check_mac (&now, x->mk) == 0)
+      x->h = now;
+  }
   if (dirty)
     x->h.flags |= LG_HDR_FLAG_DIRTY;
   else
@@ -1206,6 +1212,10 @@ mark_clean (struct cdev *x)
   if (!x->manage_dirty || !atomic_load (&x->clean_at_close)
       || !(atomic_load (&x->marked) || x->was_dirty)
       || atomic_load (&x->write_failed) || atomic_load (&x->replaced))
+    return;
+  /* The lower device may have logged in again onto another volume since
+   * the last request: check before writing the header. */
+  if (lower_check (x) < 0)
     return;
   if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
     lg_warn ("%s: could not mark the volume clean (%m): the next open "
