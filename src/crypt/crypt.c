@@ -757,9 +757,14 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
       cur = (s1.seqflags >> 8) > (s0.seqflags >> 8) ? 1 : 0;
     else {
       cur = current_slot (x, u, blk, j, old + k * LG_UNIT_SIZE, scratch);
-      if (cur < 0)
-        /* Neither authenticates (tampered, or never written on a lazy
-         * volume): either slot may go; keep the newer one. */
+      if (cur < 0 && (x->h.flags & LG_HDR_FLAG_LAZY)
+          && (slot_empty (&s0) || slot_empty (&s1)))
+        /* A failed first write on a lazy volume: the empty slot stands
+         * for what reads now (zeroes, see read_units_locked); keep it. */
+        cur = slot_empty (&s0) ? 0 : 1;
+      else if (cur < 0)
+        /* Neither authenticates (tampered): either slot may go; keep the
+         * newer one. */
         cur = (s1.seqflags >> 8) > (s0.seqflags >> 8) ? 1 : 0;
     }
     seq = ((s0.seqflags >> 8) > (s1.seqflags >> 8) ? (s0.seqflags >> 8)
