@@ -273,6 +273,18 @@ any_empty (const uint8_t *md, unsigned j)
   return slot_empty (&s0) || slot_empty (&s1);
 }
 
+/* On a lazy volume, a unit with one slot that does not authenticate and
+ * one empty slot is a never-written unit whose first write failed or
+ * crashed between its metadata and its data, but only where that can have
+ * happened: the volume was left dirty, or a write failed in this session.
+ * On a clean volume it is damage, and fails. */
+static bool
+first_write_failed (const struct cdev *x, const uint8_t *md, unsigned j)
+{
+  return (x->h.flags & LG_HDR_FLAG_LAZY) && any_empty (md, j)
+      && (x->was_dirty || atomic_load (&x->write_failed));
+}
+
 static bool
 both_empty (const uint8_t *md, unsigned j)
 {
@@ -556,14 +568,23 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
 
       ok = cur >= 0;
-      if (!ok && (x->h.flags & LG_HDR_FLAG_LAZY) && any_empty (blk, j)) {
+      if (!ok && first_write_failed (x, blk, j)) {
         /* The first write of a never-written unit failed after its
          * metadata (or crashed there): its old content, zeroes, stands.
          * (Blanking the slot already read as zeroes: nothing is given
-         * away.) */
+         * away.)  A repair blanks the failed slot: never written again. */
         memset (o, 0, LG_UNIT_SIZE);
         ok = true;
         e = NULL;
+        if (repair) {
+          struct slot s0;
+
+          slot_get (blk, j, 0, &s0);
+          memset ((uint8_t *) blk + j * 2 * LG_SLOT_BYTES
+                      + (slot_empty (&s0) ? LG_SLOT_BYTES : 0),
+                  0, LG_SLOT_BYTES);
+          changed = true;
+        }
       }
       if (ok && repair && cur >= 0) {
         /* A newer slot that does not authenticate the data was left by a

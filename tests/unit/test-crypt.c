@@ -408,6 +408,8 @@ failed_first_write (bool zero, bool trim)
   struct lg_dev *d;
 
   setup_volume (LG_MODE_AEAD, true);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  manage = true;
   /* A lazy format leaves what the disk held before. */
   randombytes_buf (mem.buf + hdr.data_offset + 8 * 4096, 4096);
   d = open_volume ();
@@ -425,14 +427,52 @@ failed_first_write (bool zero, bool trim)
                 "the unit is unreadable after a failed first write");
   cr_assert_arr_eq (r, z, sizeof r);
   lg_dev_close (d);
+  /* The next session finds the volume dirty. */
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
   d = open_volume ();
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 8 * 4096), 0,
                 "unreadable in the next session");
   cr_assert_arr_eq (r, z, sizeof r);
   cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, false, NULL, NULL, NULL), 0);
+  /* A repair makes the unit never written again, and the volume clean:
+   * then the unit still reads as zeroes. */
+  cr_assert_eq (lg_crypt_verify (d, 0, hdr.nunits, true, NULL, NULL, NULL), 0);
+  lg_dev_close (d);
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  cr_assert (!(hdr.flags & LG_HDR_FLAG_DIRTY), "not clean after the repair");
+  d = open_volume ();
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 8 * 4096), 0,
+                "unreadable after the repair");
+  cr_assert_arr_eq (r, z, sizeof r);
   cr_assert_eq (lg_dev_pwrite (d, w, sizeof w, 8 * 4096, 0), 0);
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 8 * 4096), 0);
   cr_assert_arr_eq (r, w, sizeof r);
+  manage = false;
+  lg_dev_close (d);
+}
+
+/* On a clean lazy volume, a unit written once (one slot, one empty) whose
+ * data is damaged fails: it is not taken for a failed first write. */
+Test (crypt, lazy_once_written_damage_fails)
+{
+  uint8_t w[4096], r[4096];
+  struct lg_dev *d;
+
+  setup_volume (LG_MODE_AEAD, true);
+  cr_assert_eq (lg_header_write (&mem.dev, &hdr), 0);
+  manage = true;
+  d = open_volume ();
+  fill (w, sizeof w, 9);
+  cr_assert_eq (lg_dev_pwrite (d, w, sizeof w, 5 * 4096, 0), 0);
+  lg_dev_close (d);
+  mem.buf[hdr.data_offset + 5 * 4096 + 100] ^= 1;
+  cr_assert_eq (lg_header_read (&mem.dev, &hdr, ebuf, sizeof ebuf), 0);
+  d = open_volume ();
+  errno = 0;
+  cr_assert_eq (lg_dev_pread (d, r, sizeof r, 5 * 4096), -1,
+                "damage read back as a never-written unit");
+  cr_assert_eq (errno, EIO);
+  manage = false;
   lg_dev_close (d);
 }
 
