@@ -50,6 +50,9 @@ struct lg_fs {
   struct node nodes[MAX_NODES];
   int stats; /* index of .stats */
   time_t mounted;
+  /* Whole-block requests started and not yet answered (areq_done): the
+   * session is not destroyed, nor a device closed, while any is. */
+  atomic_uint inflight;
 };
 
 /* fuse ino = index + 1 (the root is index 0, ino 1 = FUSE_ROOT_ID). */
@@ -61,6 +64,24 @@ node_of (fuse_ino_t ino)
   if (ino < 1 || ino > (fuse_ino_t) the_fs->n)
     return NULL;
   return &the_fs->nodes[ino - 1];
+}
+
+/* Waits for the requests still in flight below (a write waiting for its
+ * target, within the outage budget): their answers go to this session and
+ * use the devices, so both must outlive them. */
+static void
+drain (struct lg_fs *fs)
+{
+  bool said = false;
+
+  for (unsigned ms = 0; atomic_load (&fs->inflight) > 0; ms += 10) {
+    if (ms == 1000 && !said) {
+      lg_warn ("unmounting: waiting for %u requests in flight",
+               atomic_load (&fs->inflight));
+      said = true;
+    }
+    usleep (10 * 1000);
+  }
 }
 
 struct lg_fs *
@@ -392,6 +413,7 @@ areq_done (void *opaque, int err)
   else
     fuse_reply_buf (a->req, a->buf, a->size);
   free (a);
+  atomic_fetch_sub (&the_fs->inflight, 1);
 }
 
 /* Starts a whole-block read or write and returns true when it will be
@@ -414,8 +436,10 @@ start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
   if (write)
     memcpy (a->buf, data, size);
   a->start = lg_dev_now_us ();
+  atomic_fetch_add (&the_fs->inflight, 1);
   if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, 0, areq_done, a)
       < 0) {
+    atomic_fetch_sub (&the_fs->inflight, 1);
     free (a);
     return false;
   }
@@ -695,6 +719,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
   fuse_loop_cfg_destroy (cfg);
   fuse_remove_signal_handlers (se);
+  drain (fs);
 out_unmount:
   fuse_session_unmount (se);
 out_destroy:
