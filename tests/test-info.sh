@@ -13,6 +13,8 @@ tgt_lun_params 1 1 thin_provisioning=1
 tgt_add_lun 1 2 256M 4096
 tgt_add_lun 1 3 16M
 tgt_lun_params 1 3 readonly=1
+# WCE=0 in the caching mode page: a write-through LUN.
+tgt_lun_params 1 3 mode_page=8:0:18:0x10:0:0xff:0xff:0:0:0xff:0xff:0xff:0xff:0x80:0x14:0:0:0:0:0:0
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t"
 
@@ -30,6 +32,7 @@ want "blocks: 2097152"
 want "logical-block-size: 512"
 want "thin-provisioning: lbpme=1 lbprz=1 lbpu=1 lbpws=1 lbpws10=1"
 want "write-protected: no"
+want "volatile-write-cache: yes"
 grep -q "^supports: .*unmap" <<<"$out" || fail "info: unmap not listed"
 grep -q "^supports: .*get-lba-status" <<<"$out" || fail "no get-lba-status"
 
@@ -42,6 +45,7 @@ if grep -q "^supports: .*unmap" <<<"$out"; then fail "unmap on a thick LUN"; fi
 
 out=$(with_timeout 60 "$LUNGATE" info "$url/3") || fail "info 3 failed"
 want "write-protected: yes"
+want "volatile-write-cache: no"
 
 out=$(with_timeout 60 "$LUNGATE" info "$url/0") || fail "info 0 failed"
 want "device-type: controller (0x0c)"
@@ -55,6 +59,7 @@ assert d["size"] == 256 << 20, d
 assert d["logical_block_size"] == 4096, d
 assert d["blocks"] == 65536, d
 assert d["write_protected"] is False, d
+assert d["volatile_write_cache"] is True, d
 assert d["device_type"] == "disk", d
 PY
 

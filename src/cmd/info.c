@@ -84,6 +84,7 @@ print_text (const char *url, const struct lg_lun_info *li)
     printf ("max-unmap: %u blocks, %u descriptors\n", li->max_unmap_blocks,
             li->max_unmap_desc);
   printf ("write-protected: %s\n", yesno (li->write_protected));
+  printf ("volatile-write-cache: %s\n", yesno (li->volatile_cache));
   supports (li, sup, sizeof sup);
   printf ("supports: %s\n", sup);
 }
@@ -110,11 +111,12 @@ print_json (const char *url, const struct lg_lun_info *li)
             ", \"logical_block_size\": %u, \"physical_block_size\": %u"
             ", \"max_transfer_blocks\": %u, \"optimal_transfer_blocks\": %u"
             ", \"lbpme\": %s, \"lbprz\": %s, \"lbpu\": %s, \"lbpws\": %s"
-            ", \"write_protected\": %s, \"supports\": ",
+            ", \"write_protected\": %s, \"volatile_write_cache\": %s"
+            ", \"supports\": ",
             li->size, li->nblocks, li->block_size, li->phys_block_size,
             li->max_xfer_blocks, li->opt_xfer_blocks, tf (li->lbpme),
             tf (li->lbprz), tf (li->lbpu), tf (li->lbpws),
-            tf (li->write_protected));
+            tf (li->write_protected), tf (li->volatile_cache));
     lg_json_string (stdout, sup);
   }
   /* The caller adds the volume fields and closes the object. */

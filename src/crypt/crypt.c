@@ -34,6 +34,7 @@
 
 #include <sodium.h>
 
+#include "crypt/barrier.h"
 #include "crypt/crypt.h"
 #include "util/log.h"
 
@@ -47,15 +48,21 @@ struct mdent {
   int next; /* hash chain */
   unsigned pins;
   bool used, loaded, ref;
-  uint64_t known; /* bit j: unit j's current slot is known */
-  uint64_t cur;   /* bit j: ... and it is slot 1 */
+  uint64_t known;  /* bit j: unit j's current slot is known */
+  uint64_t cur;    /* bit j: ... and it is slot 1 */
+  uint64_t kepoch; /* the lower device's logins when known was learnt */
+  /* Over a volatile cache: the barrier generation of the last write of
+   * unit j's data, which must be stable before its other slot is
+   * overwritten. */
+  uint64_t dgen[LG_UNITS_PER_MD];
   uint8_t data[LG_MD_BLOCK];
 };
 
 struct mdcache {
   pthread_mutex_t lock;
   size_t n, hand;
-  int *buckets; /* n * 2 */
+  uint64_t floor; /* the newest dgen of an entry reused for another block */
+  int *buckets;   /* n * 2 */
   struct mdent *e;
 };
 
@@ -70,6 +77,12 @@ struct cdev {
   atomic_uint_fast64_t auth_failures;
   pthread_rwlock_t stripe[STRIPES];
   struct mdcache cache;
+
+  /* The lower device has a volatile cache (ordered): metadata goes out
+   * with FUA before its data, and a unit's data is stable before the
+   * slot that authenticates the data before it is overwritten. */
+  bool ordered;
+  struct lg_barrier bar;
 
   /* The dirty flag (see lg_crypt_open).  trust_newer: a unit's newer slot
    * is current unless this session knows otherwise; cleared for good by
@@ -303,6 +316,7 @@ cache_init (struct mdcache *c, size_t n)
   pthread_mutex_init (&c->lock, NULL);
   c->n = n;
   c->hand = 0;
+  c->floor = 1; /* see lg_barrier_init */
   c->buckets = malloc (2 * n * sizeof *c->buckets);
   c->e = calloc (n, sizeof *c->e);
   if (c->buckets == NULL || c->e == NULL)
@@ -362,13 +376,19 @@ cache_get (struct mdcache *c, uint64_t b)
       c->e[i].ref = false;
       continue;
     }
-    if (c->e[i].used)
+    if (c->e[i].used) {
       unlink_entry_locked (c, (int) i);
+      for (unsigned j = 0; j < LG_UNITS_PER_MD; j++)
+        if (c->e[i].dgen[j] > c->floor)
+          c->floor = c->e[i].dgen[j];
+    }
     e = &c->e[i];
     e->used = true;
     e->loaded = false;
     e->block = b;
     e->known = e->cur = 0;
+    for (unsigned j = 0; j < LG_UNITS_PER_MD; j++)
+      e->dgen[j] = c->floor;
     e->next = c->buckets[bk];
     c->buckets[bk] = (int) i;
     goto found;
@@ -391,6 +411,32 @@ cache_put (struct mdcache *c, struct mdent *e)
   pthread_mutex_lock (&c->lock);
   e->pins--;
   pthread_mutex_unlock (&c->lock);
+}
+
+/* What e knows of its units' current slots: nothing learnt before the
+ * lower device's last login counts (a target that lost power lost what
+ * its cache held). */
+static uint64_t
+known_of (struct cdev *x, const struct mdent *e)
+{
+  return e->kepoch == lg_barrier_epoch (&x->bar) ? e->known : 0;
+}
+
+/* Notes that the units in bits have slot 1 current where cur says so, as
+ * learnt from I/O that began in epoch (nothing, if a login came since).
+ * Under the block's write lock, or the cache mutex for a reader. */
+static void
+learn (struct cdev *x, struct mdent *e, uint64_t epoch, uint64_t bits,
+       uint64_t cur)
+{
+  if (epoch != lg_barrier_epoch (&x->bar))
+    return;
+  if (e->kepoch != epoch) {
+    e->known = 0;
+    e->kepoch = epoch;
+  }
+  e->known |= bits;
+  e->cur = (e->cur & ~bits) | (cur & bits);
 }
 
 /* ---- locking a request's metadata blocks ---- */
@@ -446,6 +492,16 @@ data_off (const struct cdev *x, uint64_t u)
 }
 
 /* ---- the device ---- */
+
+static int write_md (struct cdev *x, const uint8_t *md, uint64_t b0,
+                     uint64_t nb);
+
+/* Everything written so far is stable on return. */
+static int
+lower_flush (struct cdev *x)
+{
+  return x->ordered ? lg_barrier_flush (&x->bar) : lg_dev_flush (x->lower);
+}
 
 static void
 log_bad (struct cdev *x, uint64_t u0, uint64_t n)
@@ -530,6 +586,7 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
   uint64_t *lknown = NULL, *lcur = NULL;
   int64_t nbad = 0;
   uint64_t run = 0, run_start = 0;
+  uint64_t epoch = lg_barrier_epoch (&x->bar);
 
   lknown = calloc (nb, sizeof *lknown);
   lcur = calloc (nb, sizeof *lcur);
@@ -626,8 +683,7 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
   }
   if (changed) {
     /* Write locks held (repair): the cached copies are stale now. */
-    if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0), 0)
-        < 0)
+    if (write_md (x, md, sp->b0, nb) < 0)
       goto err;
     pthread_mutex_lock (&x->cache.lock);
     for (uint64_t i = 0; i < nb; i++)
@@ -638,10 +694,8 @@ read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
   if (use_cache) {
     pthread_mutex_lock (&x->cache.lock);
     for (uint64_t i = 0; i < nb; i++)
-      if (ents[i] && lknown[i]) {
-        ents[i]->known |= lknown[i];
-        ents[i]->cur = (ents[i]->cur & ~lknown[i]) | lcur[i];
-      }
+      if (ents[i] && lknown[i])
+        learn (x, ents[i], epoch, lknown[i], lcur[i]);
     pthread_mutex_unlock (&x->cache.lock);
   }
   goto done;
@@ -689,6 +743,71 @@ write_failed (struct cdev *x)
   atomic_store (&x->clean_at_close, false);
 }
 
+/* ---- ordering over a volatile cache ---- */
+
+/* Before a write overwrites the other slot of the units of sp: the data
+ * their current slot authenticates must be stable, or a power cut could
+ * leave that data's older version under two slots that fit neither.  One
+ * flush, shared with every writer waiting (barrier.c), and only when some
+ * unit was written since the last. */
+static int
+data_stable (struct cdev *x, const struct span *sp, struct mdent **ents)
+{
+  uint64_t need = 0;
+
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
+    uint64_t g = e ? e->dgen[u % LG_UNITS_PER_MD] : atomic_load (&x->bar.gen);
+
+    if (g > need)
+      need = g;
+  }
+  if (lg_barrier_is_durable (&x->bar, need))
+    return 0;
+  return lg_barrier_wait (&x->bar, need);
+}
+
+/* The data of sp was written (or the write failed, having perhaps landed
+ * in part): not stable until the next flush. */
+static void
+data_written (struct cdev *x, const struct span *sp, struct mdent **ents)
+{
+  uint64_t g;
+
+  if (!x->ordered)
+    return;
+  g = lg_barrier_done (&x->bar);
+  for (uint64_t u = sp->u0; u < sp->u1; u++) {
+    struct mdent *e = ents[u / LG_UNITS_PER_MD - sp->b0];
+
+    if (e)
+      e->dgen[u % LG_UNITS_PER_MD] = g;
+    else {
+      /* Not tracked: whatever entry holds this block next inherits it. */
+      pthread_mutex_lock (&x->cache.lock);
+      if (g > x->cache.floor)
+        x->cache.floor = g;
+      pthread_mutex_unlock (&x->cache.lock);
+    }
+  }
+}
+
+/* Writes nb metadata blocks from block b0; over a volatile cache they are
+ * stable on return (FUA, or a flush where the LUN has no FUA). */
+static int
+write_md (struct cdev *x, const uint8_t *md, uint64_t b0, uint64_t nb)
+{
+  bool fua = x->ordered && x->lower->can_fua;
+
+  if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, b0),
+                     fua ? LG_FUA : 0)
+      < 0)
+    return -1;
+  if (x->ordered && !fua)
+    return lg_barrier_flush (&x->bar);
+  return 0;
+}
+
 /* Writes whole units [u0, u1) from in (NULL: ZERO units, and the data is
  * trimmed when trim is set).  Stripe write locks held by the caller. */
 static int
@@ -702,6 +821,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
   uint8_t *ct = NULL;
   struct mdent **ents = calloc (nb, sizeof *ents);
   int r = -1, saved = EIO;
+  uint64_t epoch;
 
   if (md == NULL || ents == NULL)
     goto out;
@@ -719,13 +839,15 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
       ents[i] = cache_get (&x->cache, sp->b0 + i);
       need_md |= ents[i] == NULL || !ents[i]->loaded;
     }
+    if (x->ordered && data_stable (x, sp, ents) < 0)
+      goto out_errno;
     for (uint64_t u = sp->u0;
          u < sp->u1 && !atomic_load (&x->trust_newer) && !need_old; u++) {
       uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
       unsigned j = (unsigned) (u % LG_UNITS_PER_MD);
 
       need_old = ents[i] == NULL || !ents[i]->loaded
-          || !(ents[i]->known & (UINT64_C (1) << j));
+          || !(known_of (x, ents[i]) & (UINT64_C (1) << j));
     }
     if (need_md)
       segs[ns++]
@@ -768,7 +890,7 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
 
     slot_get (blk, j, 0, &s0);
     slot_get (blk, j, 1, &s1);
-    if (ents[i] && (ents[i]->known & (UINT64_C (1) << j)))
+    if (ents[i] && (known_of (x, ents[i]) & (UINT64_C (1) << j)))
       cur = (ents[i]->cur >> j) & 1 ? 1 : 0;
     else if (slot_empty (&s0) && slot_empty (&s1))
       cur = 1; /* write slot 0 */
@@ -799,9 +921,9 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
     slot_put (blk, j, (unsigned) (1 - cur), &ns);
   }
 
-  /* 1. the metadata, and wait; 2. the data. */
-  if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, sp->b0), 0)
-      < 0) {
+  /* 1. the metadata, stable (over a volatile cache), and wait; 2. the
+   * data. */
+  if (write_md (x, md, sp->b0, nb) < 0) {
     /* What reached the disk is unknown: forget the cached blocks. */
     for (uint64_t i = 0; i < nb; i++)
       if (ents[i])
@@ -812,25 +934,16 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
   for (uint64_t i = 0; i < nb; i++)
     if (ents[i])
       memcpy (ents[i]->data, md + i * LG_MD_BLOCK, LG_MD_BLOCK);
-  if (in) {
-    if (lg_dev_pwrite (x->lower, ct ? ct : in, n * LG_UNIT_SIZE,
-                       data_off (x, sp->u0), 0)
-        < 0) {
-      for (uint64_t u = sp->u0; u < sp->u1; u++) {
-        uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
-
-        if (ents[i])
-          ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
-      }
-      write_failed (x);
-      goto out_errno;
-    }
-  }
-  else if (lg_dev_zero (x->lower, n * LG_UNIT_SIZE, data_off (x, sp->u0),
-                        trim ? LG_MAY_TRIM : 0)
-           < 0) {
-    /* ZERO slots hold only over zeroed data (deallocated where the LUN
-     * allows): until this succeeds the old slots still stand. */
+  epoch = lg_barrier_epoch (&x->bar);
+  /* ZERO slots hold only over zeroed data (deallocated where the LUN
+   * allows): until this succeeds the old slots still stand. */
+  if ((in ? lg_dev_pwrite (x->lower, ct ? ct : in, n * LG_UNIT_SIZE,
+                           data_off (x, sp->u0), 0)
+          : lg_dev_zero (x->lower, n * LG_UNIT_SIZE, data_off (x, sp->u0),
+                         trim ? LG_MAY_TRIM : 0))
+      < 0) {
+    saved = errno;
+    data_written (x, sp, ents);
     for (uint64_t u = sp->u0; u < sp->u1; u++) {
       uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
 
@@ -838,8 +951,10 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
         ents[i]->known &= ~(UINT64_C (1) << (u % LG_UNITS_PER_MD));
     }
     write_failed (x);
+    errno = saved;
     goto out_errno;
   }
+  data_written (x, sp, ents);
   /* Now the new slots are current. */
   for (uint64_t u = sp->u0; u < sp->u1; u++) {
     uint64_t i = u / LG_UNITS_PER_MD - sp->b0;
@@ -850,11 +965,8 @@ write_units_locked (struct cdev *x, const struct span *sp, const uint8_t *in,
       continue;
     slot_get (md + i * LG_MD_BLOCK, j, 0, &s0);
     slot_get (md + i * LG_MD_BLOCK, j, 1, &s1);
-    ents[i]->known |= UINT64_C (1) << j;
-    if ((s1.seqflags >> 8) > (s0.seqflags >> 8))
-      ents[i]->cur |= UINT64_C (1) << j;
-    else
-      ents[i]->cur &= ~(UINT64_C (1) << j);
+    learn (x, ents[i], epoch, UINT64_C (1) << j,
+           (s1.seqflags >> 8) > (s0.seqflags >> 8) ? UINT64_C (1) << j : 0);
   }
   r = 0;
   goto out;
@@ -949,7 +1061,17 @@ login_check (void *opaque, struct lg_dev_reader *r)
 {
   struct cdev *x = opaque;
   char why[160];
-  int ours = header_is_ours_via (x, r, why, sizeof why);
+  int ours;
+
+  if (x->ordered) {
+    /* The target may have lost power: what this session knows of the
+     * current slots may name data its cache lost.  As after a failed
+     * write, each first write to a unit reads it again, and the volume
+     * stays dirty. */
+    lg_barrier_login (&x->bar);
+    write_failed (x);
+  }
+  ours = header_is_ours_via (x, r, why, sizeof why);
 
   if (ours < 0)
     return -2;
@@ -1120,7 +1242,7 @@ out:
     free (tmp);
   }
   if (r == 0 && (flags & LG_FUA))
-    r = lg_dev_flush (x->lower);
+    r = lower_flush (x);
   else
     errno = saved;
   return r;
@@ -1131,7 +1253,7 @@ cdev_flush (struct lg_dev *d)
 {
   if (lower_check (to_cdev (d)) < 0)
     return -1;
-  return lg_dev_flush (to_cdev (d)->lower);
+  return lower_flush (to_cdev (d));
 }
 
 /* Zero and trim: whole units get authenticated ZERO slots (and their data
@@ -1155,7 +1277,7 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
       off += n;
       count -= n;
     }
-    return (flags & LG_FUA) ? lg_dev_flush (x->lower) : 0;
+    return (flags & LG_FUA) ? lower_flush (x) : 0;
   }
   if (off < first * LG_UNIT_SIZE
       && zero_range (x, first * LG_UNIT_SIZE - off, off, trim, 0) < 0)
@@ -1179,7 +1301,7 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
                      trim, 0)
           < 0)
     return -1;
-  return (flags & LG_FUA) ? lg_dev_flush (x->lower) : 0;
+  return (flags & LG_FUA) ? lower_flush (x) : 0;
 }
 
 static int
@@ -1243,7 +1365,7 @@ mark_clean (struct cdev *x)
    * the last request: check before writing the header. */
   if (lower_check (x) < 0)
     return;
-  if (lg_dev_flush (x->lower) < 0 || set_dirty (x, false) < 0)
+  if (lower_flush (x) < 0 || set_dirty (x, false) < 0)
     lg_warn ("%s: could not mark the volume clean (%m): the next open "
              "checks before each first write",
              x->dev.name);
@@ -1283,6 +1405,7 @@ cdev_close (struct lg_dev *d)
   for (int i = 0; i < STRIPES; i++)
     pthread_rwlock_destroy (&x->stripe[i]);
   cache_destroy (&x->cache);
+  lg_barrier_destroy (&x->bar);
   pthread_mutex_destroy (&x->recheck);
   pthread_mutex_destroy (&x->dirty_lock);
   sodium_free (x->key);
@@ -1359,6 +1482,8 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   }
   x->lower = lower;
   x->owns_lower = owns_lower;
+  x->ordered = lower->volatile_cache;
+  lg_barrier_init (&x->bar, lower);
   x->h = *h;
   lg_derive_subkey (x->key, mk, LG_SUBKEY_DATA);
   randombytes_buf (x->prefix, sizeof x->prefix);

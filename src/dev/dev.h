@@ -115,6 +115,10 @@ struct lg_dev {
   bool can_zero; /* a native zeroing command exists */
   bool can_extents;
   bool can_fua;
+  /* Acknowledged writes may sit in a cache that a power loss empties,
+   * until a flush or a FUA write (the LUN reports WCE=1): the crypt layer
+   * then orders its metadata before its data with barriers. */
+  bool volatile_cache;
   /* Set by the front end: take a new capacity the LUN reports (the FUSE
    * file shows it); else the device keeps its size (NBD clients cache
    * it). */

@@ -1085,6 +1085,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   x->dev.can_zero = li->lbpws;
   x->dev.can_extents = li->lbpme;
   x->dev.can_fua = true;
+  x->dev.volatile_cache = li->volatile_cache;
   if (li->write_protected && !read_only)
     lg_info ("%s: the LUN is write-protected: opened read-only", x->dev.name);
   return &x->dev;

@@ -535,9 +535,13 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
   if (task) {
     char msg[256];
 
+    info->volatile_cache = true;
     if (io->task (io->opaque, lun, task, msg, sizeof msg) == 0
-        && task->datain.size >= 4)
+        && task->datain.size >= 4) {
       info->write_protected = (task->datain.data[2] & 0x80) != 0;
+      info->volatile_cache
+          = lg_mode_wce (task->datain.data, (size_t) task->datain.size) != 0;
+    }
     else
       lg_debug ("%s/%d: MODE SENSE(6): %s", io->target, lun, msg);
   }
@@ -546,6 +550,30 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
 out:
   scsi_free_scsi_task (task);
   return r;
+}
+
+int
+lg_mode_wce (const uint8_t *d, size_t n)
+{
+  size_t off;
+
+  if (n < 4)
+    return -1;
+  if ((size_t) d[0] + 1 < n)
+    n = (size_t) d[0] + 1; /* the mode data length leaves itself out */
+  off = 4 + (size_t) d[3]; /* after the block descriptors */
+  while (off + 2 <= n) {
+    bool spf = (d[off] & 0x40) != 0;
+    size_t hl = spf ? 4 : 2, len;
+
+    if (off + hl > n)
+      break;
+    len = spf ? ((size_t) d[off + 2] << 8 | d[off + 3]) : d[off + 1];
+    if ((d[off] & 0x3f) == 0x08 && !spf)
+      return len >= 1 && off + 2 < n ? (d[off + 2] & 0x04) != 0 : -1;
+    off += hl + len;
+  }
+  return -1;
 }
 
 int

@@ -65,6 +65,9 @@ struct lg_lun_info {
   int provisioning_type; /* 0 none, 1 resource, 2 thin */
 
   bool write_protected; /* MODE SENSE WP bit */
+  /* Acknowledged writes may be lost at a power cut until a flush: WCE=1
+   * in the caching mode page, or no caching page seen (the safe guess). */
+  bool volatile_cache;
 
   struct lg_lun_ident ident; /* VPD 0x80 and 0x83, where listed */
 };
@@ -74,6 +77,9 @@ struct lg_lun_info {
  * LG_SERIAL_MAX.  0, or -1 when the page is malformed (then nothing is
  * set). */
 int lg_vpd_serial_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id);
+/* The WCE bit of the caching mode page (0x08) in a MODE SENSE(6) reply:
+ * 1 set, 0 clear, -1 no caching page in the n bytes of d. */
+int lg_mode_wce (const uint8_t *d, size_t n);
 
 /* The designators of the logical unit (association 0) in a VPD 0x83 reply
  * of n bytes: the page length and each descriptor's are checked against n;

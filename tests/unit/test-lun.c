@@ -503,3 +503,33 @@ Test (lun, probe_fails_when_identity_does_not_arrive)
       cr_assert_eq (r, -1, "failure at command %d not seen", at);
   }
 }
+
+/* The caching page's WCE bit, after block descriptors and other pages,
+ * and never read past the reply or the mode data length. */
+Test (lun, mode_sense_write_cache_enable)
+{
+  /* header (length 31, no block descriptor), page 0x0a (10 bytes),
+   * page 0x08 (18 bytes) with WCE set as tgt sends it. */
+  uint8_t d[32] = { 31, 0, 0, 0, 0x0a, 10, 2, 0x10 };
+
+  d[16] = 0x08;
+  d[17] = 18;
+  d[18] = 0x14;
+  cr_assert_eq (lg_mode_wce (d, sizeof d), 1);
+  d[18] = 0x10;
+  cr_assert_eq (lg_mode_wce (d, sizeof d), 0);
+  /* The caching page beyond the mode data length: not there. */
+  d[0] = 15;
+  cr_assert_eq (lg_mode_wce (d, sizeof d), -1);
+  /* Cut short before its first byte. */
+  d[0] = 31;
+  cr_assert_eq (lg_mode_wce (d, 18), -1);
+  /* A block descriptor length pointing past the end. */
+  d[3] = 200;
+  cr_assert_eq (lg_mode_wce (d, sizeof d), -1);
+  /* A subpage-format page 0x08 is not the caching page. */
+  d[3] = 0;
+  d[16] = 0x48;
+  cr_assert_eq (lg_mode_wce (d, sizeof d), -1);
+  cr_assert_eq (lg_mode_wce (d, 3), -1);
+}

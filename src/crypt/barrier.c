@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Group-committed flushes: see barrier.h. */
+#include <config.h>
+
+#include <errno.h>
+
+#include "crypt/barrier.h"
+
+void
+lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower)
+{
+  b->lower = lower;
+  pthread_mutex_init (&b->lock, NULL);
+  pthread_cond_init (&b->cond, NULL);
+  /* Generation 1 stands for whatever the device held at open: it may sit
+   * in the target's cache still (a gateway that stopped before its
+   * flush), so the first barrier flushes once. */
+  atomic_init (&b->gen, 1);
+  atomic_init (&b->epoch, 0);
+  b->durable = 0;
+  b->flushing = false;
+  b->flushes = 0;
+}
+
+void
+lg_barrier_destroy (struct lg_barrier *b)
+{
+  pthread_cond_destroy (&b->cond);
+  pthread_mutex_destroy (&b->lock);
+}
+
+uint64_t
+lg_barrier_done (struct lg_barrier *b)
+{
+  return atomic_fetch_add (&b->gen, 1) + 1;
+}
+
+bool
+lg_barrier_is_durable (struct lg_barrier *b, uint64_t g)
+{
+  bool r;
+
+  pthread_mutex_lock (&b->lock);
+  r = b->durable >= g;
+  pthread_mutex_unlock (&b->lock);
+  return r;
+}
+
+/* Sends one flush covering every write completed before it began (lock
+ * held on entry and on return, dropped across the flush). */
+static int
+flush_locked (struct lg_barrier *b)
+{
+  uint64_t start = atomic_load (&b->gen), epoch = atomic_load (&b->epoch);
+  int r, saved;
+
+  b->flushing = true;
+  b->flushes++;
+  pthread_mutex_unlock (&b->lock);
+  r = lg_dev_flush (b->lower);
+  saved = errno;
+  pthread_mutex_lock (&b->lock);
+  b->flushing = false;
+  /* A login while it ran: the cache it flushed may not be the one that
+   * held our writes. */
+  if (r == 0 && epoch == atomic_load (&b->epoch) && start > b->durable)
+    b->durable = start;
+  pthread_cond_broadcast (&b->cond);
+  errno = saved;
+  return r;
+}
+
+int
+lg_barrier_wait (struct lg_barrier *b, uint64_t g)
+{
+  int r = 0;
+
+  pthread_mutex_lock (&b->lock);
+  while (b->durable < g) {
+    if (b->flushing) {
+      /* The running flush may have begun before g completed; wait for
+       * it, then look again (another may be needed). */
+      pthread_cond_wait (&b->cond, &b->lock);
+      continue;
+    }
+    if ((r = flush_locked (b)) < 0)
+      break;
+  }
+  pthread_mutex_unlock (&b->lock);
+  return r;
+}
+
+int
+lg_barrier_flush (struct lg_barrier *b)
+{
+  return lg_barrier_wait (b, lg_barrier_done (b));
+}
+
+void
+lg_barrier_login (struct lg_barrier *b)
+{
+  pthread_mutex_lock (&b->lock);
+  atomic_fetch_add (&b->epoch, 1);
+  pthread_mutex_unlock (&b->lock);
+}
