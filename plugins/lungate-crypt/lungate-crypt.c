@@ -80,9 +80,9 @@ next_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   while (count > 0) {
     uint32_t n = count < CHUNK ? (uint32_t) count : CHUNK;
 
+    /* FUA on every piece: each must be durable on return. */
     if (tls_next->pwrite (tls_next, buf, n, off,
-                          (flags & LG_FUA) && n == count ? NBDKIT_FLAG_FUA : 0,
-                          &err)
+                          (flags & LG_FUA) ? NBDKIT_FLAG_FUA : 0, &err)
         == -1) {
       errno = err ? err : EIO;
       return -1;
@@ -307,6 +307,11 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
   nextdev.max_io = CHUNK;
   nextdev.read_only = readonly || next->can_write (next) != 1;
   nextdev.can_zero = true;
+  nextdev.can_fua = next->can_fua (next) != NBDKIT_FUA_NONE;
+  /* NBD does not say whether the plugin below caches writes: if it can
+   * flush, take it that it does (the crypt layer then orders its
+   * metadata before its data). */
+  nextdev.volatile_cache = next->can_flush (next) == 1;
   mk = sodium_malloc (LG_KEY_BYTES);
   if (mk == NULL)
     goto out;

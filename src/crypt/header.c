@@ -669,9 +669,9 @@ static const uint64_t copy_offset[2]
 
 /* Reads both copies into buf.  -1 (errno from the device, or EINVAL with
  * err set when the device cannot hold them) on failure. */
-static int
-read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE], char *err,
-             size_t errlen)
+int
+lg_header_read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
+                       char *err, size_t errlen)
 {
   for (int c = 0; c < 2; c++) {
     if (dev->size < copy_offset[c] + LG_HDR_SIZE) {
@@ -711,7 +711,7 @@ lg_header_read_all (struct lg_dev *dev, struct lg_header hc[2], unsigned *n,
   int r[2], c, o;
 
   memset (buf, 0, sizeof buf);
-  if (read_copies (dev, buf, err, errlen) < 0)
+  if (lg_header_read_copies (dev, buf, err, errlen) < 0)
     return -1;
   if (!lg_header_has_magic (buf[0]) && !lg_header_has_magic (buf[1])) {
     if (err && errlen)
@@ -768,7 +768,7 @@ lg_header_write (struct lg_dev *dev, struct lg_header *h)
   uint64_t seq = h->seq;
 
   memset (buf, 0, sizeof buf);
-  if (read_copies (dev, buf, err, sizeof err) < 0) {
+  if (lg_header_read_copies (dev, buf, err, sizeof err) < 0) {
     int saved = errno;
 
     lg_error ("%s: writing the header: %s", dev->name, err);

@@ -2,14 +2,16 @@
 /* The on-disk header of an encrypted or integrity-protected LUN
  * (man/lungate-format.5): geometry, mode, UUID and up to 8 key slots, each
  * wrapping the one master key.  Two copies, each with a checksum and a
- * sequence number: opening takes the newest valid copy and rewrites the
- * other; every update writes the older copy first, then the newer, so a
- * crash at any point leaves one valid copy.
+ * sequence number: opening takes the newest copy that authenticates and
+ * writes nothing; every update writes the older copy first, then the
+ * newer, so a crash at any point leaves one valid copy.
  *
  * Everything read here is hostile: lg_header_parse checks every field and
  * never trusts a length, count or offset (fuzzed: tests/fuzz/fuzz-header.c).
- * Pure functions except lg_header_read / _write, which do I/O on a device.
- * Not thread-safe for one struct lg_header: the caller serialises.
+ * Pure functions except lg_header_read / _write / _update, which do I/O on
+ * a device.  Not thread-safe for one struct lg_header: the caller
+ * serialises.  Updates by several gateways and commands at once are
+ * serialised on the LUN itself by lg_header_update (hdrupdate.c).
  */
 #ifndef LG_CRYPT_HEADER_H
 #define LG_CRYPT_HEADER_H
@@ -108,8 +110,37 @@ int lg_header_read_all (struct lg_dev *dev, struct lg_header hc[2], unsigned *n,
                         char *err, size_t errlen);
 
 /* Writes h with seq+1 to both copies, the older copy first, flushing
- * after each.  Updates h->seq. */
+ * after each.  Updates h->seq.  Blind: for format, which owns the LUN;
+ * every other writer uses lg_header_update. */
 int lg_header_write (struct lg_dev *dev, struct lg_header *h);
+
+/* A change to the header: given the valid copies as lg_header_read_all
+ * returns them, puts the new header in out (its MAC set) and returns 0,
+ * or puts the header as it stands in out and returns 1 when there is
+ * nothing to change, or returns -1 with errno to give up.  It may run
+ * several times, each time on what the LUN holds then. */
+typedef int lg_header_change_fn (const struct lg_header *copies, unsigned n,
+                                 struct lg_header *out, void *opaque);
+
+/* Read, change, write both copies, serialised against every other
+ * lg_header_update on the LUN, from any machine: each copy is written
+ * with COMPARE AND WRITE against the bytes the change was made from,
+ * and both are read back LG_HDR_CAW_SETTLE_MS later; where the LUN has no COMPARE AND WRITE, by the timed
+ * scheme of lungate-format(5) (a read-change-write is given up unless it
+ * writes within LG_HDR_RMW_MS of its read, and is read back after
+ * LG_HDR_VERIFY_MS).  Either way, a change that another overwrote is
+ * made again on top of what is there.  out (optional) receives the
+ * header written.  -1 with errno (EBUSY: the header kept changing). */
+#define LG_HDR_RMW_MS 250
+#define LG_HDR_VERIFY_MS 1000
+#define LG_HDR_CAW_SETTLE_MS 50
+int lg_header_update (struct lg_dev *dev, lg_header_change_fn *change,
+                      void *opaque, struct lg_header *out, char *err,
+                      size_t errlen);
+
+/* Both copies as they are, for lg_header_update. */
+int lg_header_read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
+                           char *err, size_t errlen);
 
 /* Key slots.  The master key is LG_KEY_BYTES in sodium_malloc memory.
  * A slot's wrapping key comes from a passphrase (Argon2id with the given

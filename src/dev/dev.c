@@ -178,6 +178,24 @@ lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
 }
 
 int
+lg_dev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
+                      size_t count, uint64_t off)
+{
+  uint64_t t0;
+
+  if (d->ops->compare_write == NULL) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  if (check_writable (d, "compare and write") < 0
+      || check_range (d, "compare and write", count, off) < 0)
+    return account (d, LG_OP_WRITE, 0, 0, -1);
+  t0 = lg_dev_now_us ();
+  return account (d, LG_OP_WRITE, count, t0,
+                  d->ops->compare_write (d, expect, buf, count, off));
+}
+
+int
 lg_dev_flush (struct lg_dev *d)
 {
   if (d->read_only)

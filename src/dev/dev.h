@@ -101,6 +101,9 @@ struct lg_dev_ops {
   /* Optional: see lg_dev_watch_login. */
   int (*watch_login) (struct lg_dev *d, lg_dev_login_check_fn *fn,
                       void *opaque);
+  /* Optional: see lg_dev_compare_write. */
+  int (*compare_write) (struct lg_dev *d, const void *expect, const void *buf,
+                        size_t count, uint64_t off);
 };
 
 struct lg_dev {
@@ -136,6 +139,12 @@ int lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs,
 int lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count,
                    uint64_t off, unsigned flags);
 int lg_dev_flush (struct lg_dev *d);
+/* Writes buf over [off, off+count) only if that range holds expect now,
+ * in one step of the target (SCSI COMPARE AND WRITE).  -1 with errno
+ * EAGAIN when it does not (nothing written), ENOTSUP when the device has
+ * no such command or not for this length; else as lg_dev_pwrite. */
+int lg_dev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
+                          size_t count, uint64_t off);
 int lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off,
                  unsigned flags);
 int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,

@@ -46,6 +46,7 @@ struct idev {
   uint32_t bs;
   uint32_t max_blocks; /* per READ/WRITE command */
   uint32_t max_ws_blocks;
+  uint32_t max_caw_blocks; /* 0: no COMPARE AND WRITE */
   bool dpofua;
   atomic_bool no_write_same; /* learned: the LUN rejects WRITE SAME */
   atomic_bool no_lba_status; /* learned: the LUN rejects GET LBA STATUS */
@@ -856,6 +857,62 @@ write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks, bool unmap)
   return 0;
 }
 
+/* COMPARE AND WRITE: the data-out is the expected bytes, then the new. */
+static int
+idev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
+                    size_t count, uint64_t off)
+{
+  struct idev *x = to_idev (d);
+  uint64_t lba = off / x->bs, nblocks = count / x->bs;
+  struct lg_cmd cmd;
+  uint8_t *both;
+  int bad;
+
+  if (off % x->bs || count % x->bs || nblocks == 0
+      || nblocks > x->max_caw_blocks) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  both = malloc (2 * count);
+  if (both == NULL)
+    return -1;
+  memcpy (both, expect, count);
+  memcpy (both + count, buf, count);
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_SCSI;
+  cmd.lun = x->lun;
+  cmd.task = scsi_cdb_compareandwrite (lba, (uint32_t) (2 * count), (int) x->bs,
+                                       0, 0, 0, 0, 0);
+  if (cmd.task == NULL) {
+    free (both);
+    return -1;
+  }
+  cmd.iov.iov_base = both;
+  cmd.iov.iov_len = 2 * count;
+  lg_pool_exec (x->pool, &cmd);
+  bad = lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq);
+  if (bad && cmd.status == SCSI_STATUS_CHECK_CONDITION
+      && cmd.sense.key == SCSI_SENSE_MISCOMPARE)
+    bad = EAGAIN;
+  else if (bad == EINVAL || bad == ENOTSUP) {
+    /* Refused after all: the caller falls back. */
+    lg_debug ("%s: COMPARE AND WRITE refused", x->dev.name);
+    x->max_caw_blocks = 0;
+    bad = ENOTSUP;
+  }
+  else if (bad) {
+    cmd_failed (x, &cmd, lba, nblocks);
+    bad = errno;
+  }
+  scsi_free_scsi_task (cmd.task);
+  free (both);
+  if (bad) {
+    errno = bad;
+    return -1;
+  }
+  return 0;
+}
+
 static int
 write_zeroes (struct idev *x, uint64_t count, uint64_t off, unsigned flags)
 {
@@ -1010,6 +1067,7 @@ static const struct lg_dev_ops idev_ops = {
   .start_rw = idev_start_rw,
   .transport = idev_transport,
   .watch_login = idev_watch_login,
+  .compare_write = idev_compare_write,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim,
@@ -1051,6 +1109,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   x->max_ws_blocks = li->max_ws_blocks && li->max_ws_blocks < UINT32_MAX
       ? (uint32_t) li->max_ws_blocks
       : DEFAULT_MAX_WS_BLOCKS;
+  x->max_caw_blocks = li->max_caw_blocks;
   /* XXX: DPOFUA from MODE SENSE; until probed, FUA is emulated by a
    * SYNCHRONIZE CACHE after the write, which is always correct. */
   x->dpofua = false;

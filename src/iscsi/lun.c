@@ -481,6 +481,7 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
       info->max_unmap_desc = bl->max_unmap_bdc;
       info->opt_unmap_gran = bl->opt_unmap_gran;
       info->max_ws_blocks = bl->max_ws_len;
+      info->max_caw_blocks = bl->max_cmp;
     }
     scsi_free_scsi_task (task);
     task = NULL;

@@ -59,6 +59,7 @@ struct lg_lun_info {
   uint32_t max_unmap_desc;
   uint32_t opt_unmap_gran;
   uint64_t max_ws_blocks;
+  uint32_t max_caw_blocks; /* COMPARE AND WRITE; 0 = not supported */
 
   bool has_lbp; /* VPD 0xB2 */
   bool lbpu, lbpws, lbpws10, anc_sup;

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Header updates serialised on the LUN (lg_header_update, header.h).
+ *
+ * Several writers may update one header at once: `lungate key add' on one
+ * machine while a gateway marks the volume dirty or clean on another.  A
+ * plain read-change-write loses one of two such changes (a key slot can
+ * vanish).  Here every write of a copy is conditional on the copy still
+ * holding the bytes the change was made from:
+ *
+ *  - COMPARE AND WRITE where the LUN has it (tgt and istgt both do).  tgt
+ *    runs it as a read, a compare and a write in one of its worker
+ *    threads, with no lock against another COMPARE AND WRITE in another
+ *    thread: two can both pass their compare before either writes.  So
+ *    both copies are also read back, LG_HDR_CAW_SETTLE_MS after the
+ *    writes: a change that another overwrote in that instant is made
+ *    again, on top.
+ *  - Elsewhere, a timed scheme: the change is given up unless its copies
+ *    are written within LG_HDR_RMW_MS of the read it was made from, and
+ *    both copies are read back LG_HDR_VERIFY_MS later.  A writer whose
+ *    read came before ours wrote before our read-back, so one of the two
+ *    of us sees its own bytes gone and makes its change again on top.
+ *    This holds while no write takes longer than the difference to land
+ *    (lungate-format(5) says so).
+ *
+ * Threads: any; nothing shared.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "crypt/header.h"
+#include "util/log.h"
+
+#define TRIES 40
+
+static const uint64_t copy_off[2]
+    = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
+
+static uint64_t
+now_ms (void)
+{
+  return lg_dev_now_us () / 1000;
+}
+
+static void
+sleep_ms (unsigned ms)
+{
+  struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000L };
+
+  while (nanosleep (&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+/* The valid copies of buf, newest first (as lg_header_read_all), the
+ * highest seq, and which copy to write first (the older or damaged). */
+static unsigned
+parse_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
+              struct lg_header hc[2], uint64_t *seq, int *first)
+{
+  struct lg_header p[2];
+  int r[2], c;
+  unsigned n = 0;
+
+  for (c = 0; c < 2; c++)
+    r[c] = lg_header_parse (buf[c], dev->size, &p[c], NULL, 0);
+  c = r[0] == 0 && (r[1] < 0 || p[0].seq >= p[1].seq) ? 0 : 1;
+  *seq = 0;
+  if (r[c] == 0) {
+    hc[n++] = p[c];
+    *seq = p[c].seq;
+  }
+  if (r[1 - c] == 0 && memcmp (buf[0], buf[1], LG_HDR_SIZE) != 0)
+    hc[n++] = p[1 - c];
+  *first = 1 - c; /* the older copy (or the damaged one) first */
+  sodium_memzero (p, sizeof p);
+  return n;
+}
+
+/* Writes out over copy c, conditionally (see the top).  0, or -1 with
+ * errno (EAGAIN: the copy changed since buf was read). */
+static int
+write_copy (struct lg_dev *dev, bool *caw, const uint8_t *old,
+            const uint8_t *out, int c, uint64_t t_read)
+{
+  if (*caw) {
+    if (lg_dev_compare_write (dev, old, out, LG_HDR_SIZE, copy_off[c]) == 0)
+      return lg_dev_flush (dev);
+    if (errno != ENOTSUP)
+      return -1;
+    *caw = false;
+    lg_debug ("%s: no COMPARE AND WRITE: header updates use the timed "
+              "scheme",
+              dev->name);
+  }
+  if (now_ms () - t_read > LG_HDR_RMW_MS) {
+    errno = EAGAIN; /* too slow to be sure nobody wrote since */
+    return -1;
+  }
+  if (lg_dev_pwrite (dev, out, LG_HDR_SIZE, copy_off[c], 0) < 0)
+    return -1;
+  return lg_dev_flush (dev);
+}
+
+/* Both copies hold out: 1 yes, 0 no, -1 read error. */
+static int
+copies_hold (struct lg_dev *dev, const uint8_t *out)
+{
+  uint8_t buf[2][LG_HDR_SIZE];
+  int r;
+
+  if (lg_header_read_copies (dev, buf, NULL, 0) < 0)
+    return -1;
+  r = memcmp (buf[0], out, LG_HDR_SIZE) == 0
+      && memcmp (buf[1], out, LG_HDR_SIZE) == 0;
+  sodium_memzero (buf, sizeof buf);
+  return r;
+}
+
+/* One read-change-write: 0 done, 1 do it again, -1 failed. */
+static int
+attempt (struct lg_dev *dev, bool *caw, lg_header_change_fn *change,
+         void *opaque, struct lg_header *res, char *err, size_t errlen)
+{
+  uint8_t buf[2][LG_HDR_SIZE], out[LG_HDR_SIZE];
+  struct lg_header hc[2], h, check;
+  uint64_t seq, t_read = now_ms ();
+  unsigned n;
+  int first, r = -1;
+
+  if (lg_header_read_copies (dev, buf, err, errlen) < 0)
+    return -1;
+  n = parse_copies (dev, buf, hc, &seq, &first);
+  if (n == 0) {
+    snprintf (err, errlen, "no valid lungate header to update");
+    errno = EINVAL;
+    goto out;
+  }
+  memset (&h, 0, sizeof h);
+  r = change (hc, n, &h, opaque);
+  if (r != 0) {
+    if (r == 1 && res)
+      *res = h;
+    r = r == 1 ? 0 : -1;
+    if (r < 0)
+      snprintf (err, errlen, "%s", strerror (errno));
+    goto out;
+  }
+  r = -1;
+  if (seq == UINT64_MAX) {
+    snprintf (err, errlen, "header sequence number exhausted");
+    errno = EINVAL;
+    goto out;
+  }
+  h.seq = seq + 1;
+  lg_header_serialize (&h, out);
+  if (lg_header_parse (out, dev->size, &check, err, errlen) < 0) {
+    errno = EINVAL; /* never write a header that would not open */
+    goto out;
+  }
+  for (int i = 0; i < 2; i++) {
+    int c = i == 0 ? first : 1 - first;
+
+    if (write_copy (dev, caw, buf[c], out, c, t_read) < 0) {
+      r = errno == EAGAIN ? 1 : -1;
+      if (r < 0)
+        snprintf (err, errlen, "writing header copy %d: %s", c,
+                  strerror (errno));
+      goto out;
+    }
+  }
+  sleep_ms (*caw ? LG_HDR_CAW_SETTLE_MS : LG_HDR_VERIFY_MS);
+  r = copies_hold (dev, out);
+  if (r < 0)
+    snprintf (err, errlen, "reading the header back: %s", strerror (errno));
+  else if (r == 0)
+    r = 1; /* overwritten: again, on top of what is there */
+  else {
+    r = 0;
+    if (res)
+      *res = h;
+  }
+
+out:
+  sodium_memzero (buf, sizeof buf);
+  sodium_memzero (hc, sizeof hc);
+  sodium_memzero (&h, sizeof h);
+  sodium_memzero (&check, sizeof check);
+  return r;
+}
+
+int
+lg_header_update (struct lg_dev *dev, lg_header_change_fn *change, void *opaque,
+                  struct lg_header *out, char *err, size_t errlen)
+{
+  bool caw = dev->ops->compare_write != NULL;
+
+  for (int i = 0; i < TRIES; i++) {
+    int r = attempt (dev, &caw, change, opaque, out, err, errlen);
+
+    if (r <= 0)
+      return r;
+    /* Someone else is updating it: back off, at random, a little more
+     * each time. */
+    lg_debug ("%s: the header changed during an update: again", dev->name);
+    sleep_ms (randombytes_uniform (20u * (unsigned) (i + 1)) + 1);
+  }
+  snprintf (err, errlen, "the header kept changing during %d attempts", TRIES);
+  errno = EBUSY;
+  return -1;
+}

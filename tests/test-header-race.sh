@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Header updates from several writers at once (issue 13, case 6): `key
+# add' and `key remove' in a loop while three gateways open the volume,
+# write (marking it dirty) and close it (marking it clean), over and over.
+# At the end every slot added is there and opens the volume, every slot
+# removed is gone, and the volume is clean.  tgt has COMPARE AND WRITE;
+# the header updates go through it (and are read back).
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+tgt_start
+t=iqn.2026-11.org.lungate:hdrrace
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+k0=$TGT_DIR/k0; head -c 32 /dev/urandom >"$k0"
+for s in 1 2 3 4 5 6 7; do head -c 32 /dev/urandom >"$TGT_DIR/k$s"; done
+"$LUNGATE" format --key-file "$k0" "$url" >/dev/null || fail "format"
+
+stop=$TGT_DIR/stop
+gateway ()   # gateway N: open, write, close until $stop exists
+{
+  local i=0
+  while [ ! -e "$stop" ]; do
+    nbd_run "url=$url" "key-file=$k0" -- "$NBD_PYTHON" - '$uri' "$1" "$i" <<'PY' \
+      || { echo "gateway $1 round $i failed" >>"$TGT_DIR/gw-failed"; return 1; }
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+n, i = int(sys.argv[2]), int(sys.argv[3])
+h.pwrite(bytes([n * 16 + i % 16]) * 4096, (n * 64 + i % 64) * 4096)
+h.flush()
+PY
+    i=$((i + 1))
+  done
+  echo "$i" >"$TGT_DIR/gw-$1-rounds"
+}
+pids=()
+for g in 1 2 3; do gateway $g & pids+=($!); done
+on_exit touch "$stop"
+
+for round in 1 2; do
+  for s in 1 2 3 4 5 6 7; do
+    "$LUNGATE" key add --key-file "$k0" --new-key-file "$TGT_DIR/k$s" \
+      --slot $s "$url" >/dev/null || fail "round $round: key add slot $s"
+  done
+  [ "$round" = 2 ] && break
+  for s in 1 2 3 4 5 6 7; do
+    "$LUNGATE" key remove --key-file "$k0" --slot $s "$url" >/dev/null \
+      || fail "round $round: key remove slot $s"
+  done
+  # Every removal made it: all seven free again.
+  "$LUNGATE" key list "$url" >"$TGT_DIR/list"
+  [ "$(grep -c ': empty$' "$TGT_DIR/list")" = 7 ] \
+    || { cat "$TGT_DIR/list"; fail "round $round: a removed key slot came back"; }
+done
+touch "$stop"
+for p in "${pids[@]}"; do wait "$p" || fail "a gateway failed: $(cat "$TGT_DIR/gw-failed" 2>/dev/null)"; done
+for g in 1 2 3; do
+  r=$(cat "$TGT_DIR/gw-$g-rounds")
+  echo "gateway $g: $r open-write-close rounds"
+  [ "$r" -ge 1 ] || fail "gateway $g never ran"
+done
+
+"$LUNGATE" key list "$url" >"$TGT_DIR/list"
+cat "$TGT_DIR/list"
+for s in 1 2 3 4 5 6 7; do
+  grep -qx "slot $s: key-file" "$TGT_DIR/list" || fail "key slot $s was added and is gone"
+done
+for s in 0 1 2 3 4 5 6 7; do
+  "$LUNGATE" verify --key-file "$TGT_DIR/k$s" "$url" >/dev/null \
+    || fail "key $s does not open the volume"
+done
+"$LUNGATE" info "$url" | grep -qx "volume-state: clean" || { "$LUNGATE" info "$url"; fail "the volume is not clean"; }
+echo "every key slot added survived"
