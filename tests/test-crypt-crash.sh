@@ -68,6 +68,9 @@ except nbd.Error:
     pass
 PY
   writer=$!
+  # The first write waits for the header's dirty mark (a second on tgt,
+  # which has no COMPARE AND WRITE: lungate-format(5)); kill after it.
+  for _ in $(seq 200); do grep -q '^ack' "$TGT_DIR/log.$round" 2>/dev/null && break; sleep 0.05; done
   sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.3 + (r % 120) / 100 }')"
   kill -KILL "$gw"
   wait "$gw" 2>/dev/null || true

@@ -4,8 +4,9 @@
 # add' and `key remove' in a loop while three gateways open the volume,
 # write (marking it dirty) and close it (marking it clean), over and over.
 # At the end every slot added is there and opens the volume, every slot
-# removed is gone, and the volume is clean.  tgt has COMPARE AND WRITE;
-# the header updates go through it (and are read back).
+# removed is gone, and the volume is clean.  tgt refuses COMPARE AND
+# WRITE, so this is the timed scheme of lungate-format(5); test-hdrupdate
+# has the COMPARE AND WRITE path.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python

@@ -188,4 +188,18 @@ expect_fail_with "not authorized|not found" \
 "$LUNGATE" info --initiator-name iqn.2026-11.org.lungate:allowed "$portal/$base:plain/0" >/dev/null \
   || fail "ACL: an allowed name"
 cell "initiator ACL: allow/deny" ok
+
+# istgt has COMPARE AND WRITE (under a lock): header updates use it, not
+# the timed scheme tgt needs (lungate-format(5)).
+k0=$dir/k0; k1=$dir/k1
+head -c 32 /dev/urandom >"$k0"; head -c 32 /dev/urandom >"$k1"
+"$LUNGATE" format --force --key-file "$k0" "$portal/$base:plain/0" >/dev/null 2>&1 \
+  || fail "format on istgt"
+"$LUNGATE" -v -v key add --key-file "$k0" --new-key-file "$k1" "$portal/$base:plain/0" \
+  >"$dir/keyadd.out" 2>"$dir/keyadd.err" || { cat "$dir/keyadd.err"; fail "key add on istgt"; }
+if grep -q "COMPARE AND WRITE" "$dir/keyadd.err"; then
+  grep "COMPARE AND WRITE" "$dir/keyadd.err"; fail "istgt: COMPARE AND WRITE not used"
+fi
+"$LUNGATE" verify --key-file "$k1" "$portal/$base:plain/0" >/dev/null || fail "istgt: the added key does not open"
+cell "header update: COMPARE AND WRITE" ok
 echo "test-interop-istgt: ok"

@@ -7,11 +7,11 @@
  * vanish).  Here every write of a copy is conditional on the copy still
  * holding the bytes the change was made from:
  *
- *  - COMPARE AND WRITE where the LUN has it (tgt and istgt both do).  tgt
- *    runs it as a read, a compare and a write in one of its worker
- *    threads, with no lock against another COMPARE AND WRITE in another
- *    thread: two can both pass their compare before either writes.  So
- *    both copies are also read back, LG_HDR_CAW_SETTLE_MS after the
+ *  - COMPARE AND WRITE where the LUN has it (istgt does, under a lock;
+ *    tgt 1.0.85 lists it in VPD page B0h but answers INVALID OPERATION
+ *    CODE, its entry in usr/sbc.c being commented out, and its backing
+ *    store code would compare and write with no lock against another).
+ *    So both copies are also read back, LG_HDR_CAW_SETTLE_MS after the
  *    writes: a change that another overwrote in that instant is made
  *    again, on top.
  *  - Elsewhere, a timed scheme: the change is given up unless its copies

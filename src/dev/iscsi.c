@@ -896,7 +896,10 @@ idev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
     bad = EAGAIN;
   else if (bad == EINVAL || bad == ENOTSUP) {
     /* Refused after all: the caller falls back. */
-    lg_debug ("%s: COMPARE AND WRITE refused", x->dev.name);
+    char msg[256];
+
+    lg_cmd_errno (&cmd, msg, sizeof msg);
+    lg_debug ("%s: COMPARE AND WRITE refused: %s", x->dev.name, msg);
     x->max_caw_blocks = 0;
     bad = ENOTSUP;
   }
