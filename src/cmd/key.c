@@ -16,6 +16,7 @@
 #include "cmd/cmd.h"
 #include "crypt/crypt.h"
 #include "crypt/header.h"
+#include "crypt/keychange.h"
 #include "dev/dev.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -51,115 +52,6 @@ static const char usage[]
       "  -h, --help                   this help\n"
       "\n";
 
-/* What key add or remove changes, for lg_header_change_fn: made again on
- * top of whatever another writer left, if it got there first. */
-struct key_change {
-  bool add, force, said;
-  long slot; /* asked for; -1: the first free one */
-  long done; /* the slot changed */
-  const uint8_t *mk;
-  const uint8_t *new_key;
-  const char *new_pass;
-  const char *name;
-  bool sealed; /* slot holds what was written last time */
-  struct lg_keyslot written;
-};
-
-static int
-key_refuse (struct key_change *kc, int err)
-{
-  kc->said = true;
-  errno = err;
-  return -1;
-}
-
-static int
-change_add (struct key_change *kc, struct lg_header *h)
-{
-  long s = kc->slot;
-
-  if (kc->sealed
-      && sodium_memcmp (&h->slots[kc->done], &kc->written, sizeof kc->written)
-          == 0)
-    return 1; /* an earlier attempt of ours is there */
-  if (s < 0)
-    s = lg_keyslot_free (h);
-  if (s < 0) {
-    lg_error ("%s: all %d key slots are in use: remove one first", kc->name,
-              LG_KEYSLOTS);
-    return key_refuse (kc, ENOSPC);
-  }
-  if (h->slots[s].kind != LG_SLOT_EMPTY) {
-    lg_error ("%s: key slot %ld is in use: remove it first", kc->name, s);
-    return key_refuse (kc, EEXIST);
-  }
-  if (kc->sealed && s == kc->done)
-    h->slots[s] = kc->written; /* sealed already: no second Argon2id */
-  else if ((kc->new_key
-                ? lg_keyslot_set_keyfile (h, (unsigned) s, kc->mk, kc->new_key)
-                : lg_keyslot_set_passphrase (h, (unsigned) s, kc->mk,
-                                             kc->new_pass,
-                                             crypto_pwhash_OPSLIMIT_MODERATE,
-                                             crypto_pwhash_MEMLIMIT_MODERATE))
-           < 0) {
-    lg_error ("cannot set key slot %ld: %m", s);
-    return key_refuse (kc, errno);
-  }
-  kc->done = s;
-  kc->written = h->slots[s];
-  kc->sealed = true;
-  return 0;
-}
-
-static int
-change_remove (struct key_change *kc, struct lg_header *h)
-{
-  int n = 0;
-
-  if (h->slots[kc->slot].kind == LG_SLOT_EMPTY) {
-    if (kc->sealed)
-      return 1; /* our earlier attempt is there */
-    lg_error ("%s: key slot %ld is already empty", kc->name, kc->slot);
-    return key_refuse (kc, ENOENT);
-  }
-  for (int i = 0; i < LG_KEYSLOTS; i++)
-    n += h->slots[i].kind != LG_SLOT_EMPTY;
-  if (n == 1 && !kc->force) {
-    lg_error ("%s: slot %ld is the last key slot: without it nobody can "
-              "ever read the volume again (use --force if that is the "
-              "point)",
-              kc->name, kc->slot);
-    return key_refuse (kc, EPERM);
-  }
-  sodium_memzero (&h->slots[kc->slot], sizeof h->slots[kc->slot]);
-  kc->done = kc->slot;
-  kc->sealed = true;
-  return 0;
-}
-
-/* lg_header_change_fn: on the newest copy that opens with our key. */
-static int
-change_keys (const struct lg_header *copies, unsigned n, struct lg_header *out,
-             void *opaque)
-{
-  struct key_change *kc = opaque;
-  unsigned i = 0;
-  int r;
-
-  while (i < n && lg_header_check_mac (&copies[i], kc->mk) != 0)
-    i++;
-  if (i == n) {
-    lg_error ("%s: the header changed and no longer opens with this key",
-              kc->name);
-    return key_refuse (kc, EACCES);
-  }
-  *out = copies[i];
-  r = kc->add ? change_add (kc, out) : change_remove (kc, out);
-  if (r == 0)
-    lg_header_set_mac (out, kc->mk);
-  return r;
-}
-
 static const char *
 kind_name (uint32_t k)
 {
@@ -194,7 +86,7 @@ lg_cmd_key (int argc, char **argv)
   const char *verb;
   long slot = -1;
   bool force = false;
-  struct key_change kc = { 0 };
+  struct lg_key_change kc = { 0 };
   int c, status = LG_EXIT_FAIL;
 
   if (lg_login_init (&login) < 0)
@@ -323,7 +215,7 @@ lg_cmd_key (int argc, char **argv)
   kc.new_key = new_key;
   kc.new_pass = new_pass;
   kc.name = raw->name;
-  if (lg_header_update (raw, change_keys, &kc, NULL, err, sizeof err) < 0) {
+  if (lg_header_update (raw, lg_key_change, &kc, NULL, err, sizeof err) < 0) {
     if (!kc.said)
       lg_error ("%s: updating the header: %s", raw->name, err);
     goto out;

@@ -16,9 +16,11 @@ lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower)
    * in the target's cache still (a gateway that stopped before its
    * flush), so the first barrier flushes once. */
   atomic_init (&b->gen, 1);
+  atomic_init (&b->acked, 0);
   atomic_init (&b->epoch, 0);
   b->durable = 0;
   b->flushing = false;
+  b->lost = false;
   b->flushes = 0;
 }
 
@@ -32,7 +34,11 @@ lg_barrier_destroy (struct lg_barrier *b)
 uint64_t
 lg_barrier_done (struct lg_barrier *b)
 {
-  return atomic_fetch_add (&b->gen, 1) + 1;
+  uint64_t g = atomic_fetch_add (&b->gen, 1) + 1, a = atomic_load (&b->acked);
+
+  while (a < g && !atomic_compare_exchange_weak (&b->acked, &a, g))
+    ;
+  return g;
 }
 
 bool
@@ -93,7 +99,9 @@ lg_barrier_wait (struct lg_barrier *b, uint64_t g)
 int
 lg_barrier_flush (struct lg_barrier *b)
 {
-  return lg_barrier_wait (b, lg_barrier_done (b));
+  /* A generation of its own, so that the flush begins after the call;
+   * not a write (acked stays). */
+  return lg_barrier_wait (b, atomic_fetch_add (&b->gen, 1) + 1);
 }
 
 void
@@ -101,5 +109,19 @@ lg_barrier_login (struct lg_barrier *b)
 {
   pthread_mutex_lock (&b->lock);
   atomic_fetch_add (&b->epoch, 1);
+  if (b->durable < atomic_load (&b->acked))
+    b->lost = true;
   pthread_mutex_unlock (&b->lock);
+}
+
+bool
+lg_barrier_lost (struct lg_barrier *b)
+{
+  bool r;
+
+  pthread_mutex_lock (&b->lock);
+  r = b->lost;
+  b->lost = false;
+  pthread_mutex_unlock (&b->lock);
+  return r;
 }

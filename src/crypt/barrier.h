@@ -29,9 +29,11 @@ struct lg_barrier {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   atomic_uint_fast64_t gen;   /* of the last completed write */
+  atomic_uint_fast64_t acked; /* ... of those lg_barrier_done counted */
   atomic_uint_fast64_t epoch; /* logins of the lower device */
   uint64_t durable;           /* every write up to this gen is stable */
   bool flushing;
+  bool lost;        /* a login came while writes were not yet stable */
   uint64_t flushes; /* flushes sent (for tests and the stats) */
 };
 
@@ -51,8 +53,12 @@ int lg_barrier_wait (struct lg_barrier *b, uint64_t g);
 /* Everything completed so far is stable: a flush that began now. */
 int lg_barrier_flush (struct lg_barrier *b);
 
-/* The lower device logged in again. */
+/* The lower device logged in again.  Writes not yet stable then may have
+ * been lost with the target's cache: lg_barrier_lost says so once. */
 void lg_barrier_login (struct lg_barrier *b);
+
+/* Whether writes were perhaps lost at a login since the last call. */
+bool lg_barrier_lost (struct lg_barrier *b);
 
 static inline uint64_t
 lg_barrier_epoch (struct lg_barrier *b)

@@ -83,6 +83,9 @@ struct cdev {
    * slot that authenticates the data before it is overwritten. */
   bool ordered;
   struct lg_barrier bar;
+  /* A login the session's check told us of (login_check), so that
+   * lgc_lower_check does not take the same login for a second one. */
+  atomic_bool login_seen;
 
   /* The dirty flag (see lg_crypt_open).  trust_newer: a unit's newer slot
    * is current unless this session knows otherwise; cleared for good by
@@ -185,6 +188,7 @@ int lgc_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 /* ---- crypt.c ---- */
 
 int lgc_lower_check (struct cdev *x);
+void lgc_after_login (struct cdev *x);
 int lgc_set_dirty (struct cdev *x, bool dirty);
 
 #endif

@@ -82,6 +82,20 @@ header_is_ours (struct cdev *x, char *why, size_t len)
   return header_is_ours_via (x, NULL, why, len);
 }
 
+/* The lower device logged in again.  Over a volatile cache the target may
+ * have lost power: what this session knows of the current slots may name
+ * data its cache lost.  As after a failed write, each first write to a
+ * unit reads it again, and the volume stays dirty; writes not yet stable
+ * may be gone, which the next flush reports (lg_barrier_login). */
+void
+lgc_after_login (struct cdev *x)
+{
+  if (!x->ordered)
+    return;
+  lg_barrier_login (&x->bar);
+  lgc_write_failed (x);
+}
+
 /* lg_dev_login_check_fn: a session under us logged in again and holds
  * writes for this LUN; they go only if it still holds this volume. */
 static int
@@ -91,14 +105,8 @@ login_check (void *opaque, struct lg_dev_reader *r)
   char why[160];
   int ours;
 
-  if (x->ordered) {
-    /* The target may have lost power: what this session knows of the
-     * current slots may name data its cache lost.  As after a failed
-     * write, each first write to a unit reads it again, and the volume
-     * stays dirty. */
-    lg_barrier_login (&x->bar);
-    lgc_write_failed (x);
-  }
+  lgc_after_login (x);
+  atomic_store (&x->login_seen, true);
   ours = header_is_ours_via (x, r, why, sizeof why);
 
   if (ours < 0)
@@ -134,7 +142,13 @@ lgc_lower_check (struct cdev *x)
   if (!atomic_load (&x->replaced)
       && t.reconnects != atomic_load (&x->lower_logins)) {
     char why[160];
-    int ours = header_is_ours (x, why, sizeof why);
+    int ours;
+
+    /* A login with nothing held runs no login check: this is the first
+     * this layer hears of it. */
+    if (!atomic_exchange (&x->login_seen, false))
+      lgc_after_login (x);
+    ours = header_is_ours (x, why, sizeof why);
 
     if (ours < 0 && errno == ESHUTDOWN) {
       /* The lower device refuses every request from now on, and said

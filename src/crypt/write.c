@@ -31,6 +31,25 @@ lgc_lower_flush (struct cdev *x)
   return x->ordered ? lg_barrier_flush (&x->bar) : lg_dev_flush (x->lower);
 }
 
+/* A flush asked for above: as lgc_lower_flush, and EIO (once) when the
+ * target logged in again while acknowledged writes were not yet stable,
+ * as it may have lost them (a power cut with a volatile cache). */
+static int
+client_flush (struct cdev *x)
+{
+  if (lgc_lower_flush (x) < 0)
+    return -1;
+  if (x->ordered && lg_barrier_lost (&x->bar)) {
+    lg_error ("%s: the target logged in again before writes it had "
+              "acknowledged were flushed: they may be lost (a power cut of "
+              "a volatile write cache)",
+              x->dev.name);
+    errno = EIO;
+    return -1;
+  }
+  return 0;
+}
+
 /* A write failed between its metadata and its data: from now on the
  * newer slot of a unit is not to be trusted, in this session and (the
  * header stays dirty) the next. */
@@ -98,9 +117,26 @@ data_written (struct cdev *x, const struct span *sp, struct mdent **ents)
 int
 lgc_write_md (struct cdev *x, const uint8_t *md, uint64_t b0, uint64_t nb)
 {
-  if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, b0), 0) < 0)
-    return -1;
-  return x->ordered ? lg_barrier_flush (&x->bar) : 0;
+  for (int tries = 0; tries < 5; tries++) {
+    uint64_t epoch = lg_barrier_epoch (&x->bar);
+
+    if (lg_dev_pwrite (x->lower, md, nb * LG_MD_BLOCK, md_off (x, b0), 0) < 0)
+      return -1;
+    if (!x->ordered)
+      return 0;
+    if (lg_barrier_flush (&x->bar) < 0)
+      return -1;
+    /* A login since the write (its resent flush succeeds on a target
+     * that may have lost the write with its cache): write it again.  The
+     * slots it keeps still stand for stable data (data_stable). */
+    if (lg_barrier_epoch (&x->bar) == epoch)
+      return 0;
+  }
+  lg_error ("%s: the metadata at %" PRIu64 "+%" PRIu64
+            " could not be made stable: the target kept logging in again",
+            x->dev.name, md_off (x, b0), nb * LG_MD_BLOCK);
+  errno = EIO;
+  return -1;
 }
 
 /* One write's state across the steps of write_units_locked. */
@@ -433,7 +469,7 @@ out:
     free (tmp);
   }
   if (r == 0 && (flags & LG_FUA))
-    r = lgc_lower_flush (x);
+    r = client_flush (x);
   else
     errno = saved;
   return r;
@@ -444,7 +480,7 @@ lgc_flush (struct lg_dev *d)
 {
   if (lgc_lower_check (to_cdev (d)) < 0)
     return -1;
-  return lgc_lower_flush (to_cdev (d));
+  return client_flush (to_cdev (d));
 }
 
 /* Zero and trim: whole units get authenticated ZERO slots (and their data
@@ -468,7 +504,7 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
       off += n;
       count -= n;
     }
-    return (flags & LG_FUA) ? lgc_lower_flush (x) : 0;
+    return (flags & LG_FUA) ? client_flush (x) : 0;
   }
   if (off < first * LG_UNIT_SIZE
       && zero_range (x, first * LG_UNIT_SIZE - off, off, trim, 0) < 0)
@@ -492,7 +528,7 @@ zero_range (struct cdev *x, uint64_t count, uint64_t off, bool trim,
                      trim, 0)
           < 0)
     return -1;
-  return (flags & LG_FUA) ? lgc_lower_flush (x) : 0;
+  return (flags & LG_FUA) ? client_flush (x) : 0;
 }
 
 int
