@@ -17,6 +17,7 @@ lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower)
    * flush), so the first barrier flushes once. */
   atomic_init (&b->gen, 1);
   atomic_init (&b->acked, 0);
+  atomic_init (&b->inflight, 0);
   atomic_init (&b->epoch, 0);
   b->durable = 0;
   b->flushing = false;
@@ -31,6 +32,12 @@ lg_barrier_destroy (struct lg_barrier *b)
   pthread_mutex_destroy (&b->lock);
 }
 
+void
+lg_barrier_issuing (struct lg_barrier *b)
+{
+  atomic_fetch_add (&b->inflight, 1);
+}
+
 uint64_t
 lg_barrier_done (struct lg_barrier *b)
 {
@@ -38,6 +45,7 @@ lg_barrier_done (struct lg_barrier *b)
 
   while (a < g && !atomic_compare_exchange_weak (&b->acked, &a, g))
     ;
+  atomic_fetch_sub (&b->inflight, 1);
   return g;
 }
 
@@ -109,7 +117,7 @@ lg_barrier_login (struct lg_barrier *b)
 {
   pthread_mutex_lock (&b->lock);
   atomic_fetch_add (&b->epoch, 1);
-  if (b->durable < atomic_load (&b->acked))
+  if (b->durable < atomic_load (&b->acked) || atomic_load (&b->inflight) > 0)
     b->lost = true;
   pthread_mutex_unlock (&b->lock);
 }

@@ -30,6 +30,7 @@ struct lg_barrier {
   pthread_cond_t cond;
   atomic_uint_fast64_t gen;   /* of the last completed write */
   atomic_uint_fast64_t acked; /* ... of those lg_barrier_done counted */
+  atomic_uint inflight;       /* writes between issuing and done */
   atomic_uint_fast64_t epoch; /* logins of the lower device */
   uint64_t durable;           /* every write up to this gen is stable */
   bool flushing;
@@ -39,6 +40,12 @@ struct lg_barrier {
 
 void lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower);
 void lg_barrier_destroy (struct lg_barrier *b);
+
+/* A write is about to be sent; lg_barrier_done follows, once.  A login
+ * in between counts as a loss (lg_barrier_lost): the target may have
+ * taken the write into its cache and lost it, its answer still on the
+ * way. */
+void lg_barrier_issuing (struct lg_barrier *b);
 
 /* A write completed (or failed, having perhaps landed): its generation. */
 uint64_t lg_barrier_done (struct lg_barrier *b);

@@ -329,6 +329,8 @@ wr_store (struct cdev *x, struct wreq *w, const uint8_t *in, bool trim)
     if (w->ents[i])
       memcpy (w->ents[i]->data, w->md + i * LG_MD_BLOCK, LG_MD_BLOCK);
   epoch = lg_barrier_epoch (&x->bar);
+  if (x->ordered)
+    lg_barrier_issuing (&x->bar);
   if ((in ? lg_dev_pwrite (x->lower, w->ct ? w->ct : in, w->n * LG_UNIT_SIZE,
                            data_off (x, sp->u0), 0)
           : lg_dev_zero (x->lower, w->n * LG_UNIT_SIZE, data_off (x, sp->u0),

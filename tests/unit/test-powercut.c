@@ -384,6 +384,7 @@ struct unit {
   uint32_t floor; /* held at the last completed flush */
   uint32_t since[MAXV];
   uint64_t done_at[MAXV]; /* 0: not completed (failed, or running) */
+  uint64_t began_at[MAXV];
   unsigned n;
 };
 
@@ -434,6 +435,7 @@ began (uint64_t u, uint32_t ver)
   }
   x->since[x->n] = ver;
   x->done_at[x->n] = 0;
+  x->began_at[x->n] = ++clock_now;
   x->n++;
   pthread_mutex_unlock (&mlock);
 }
@@ -479,8 +481,12 @@ flush_completed (uint64_t t)
     int last = -1;
 
     for (unsigned k = 0; k < x->n; k++)
-      if (x->done_at[k] && x->done_at[k] < t
-          && (!lenient_after_cut || x->done_at[k] > vc.cut_clock))
+      if (x->done_at[k]
+          && x->done_at[k] < t
+          /* Replayed: a write that began before the last cut may have
+           * been lost with the cache (its flush's EIO may have gone to
+           * another thread). */
+          && (!lenient_after_cut || x->began_at[k] > vc.cut_clock))
         last = (int) k;
     if (last < 0)
       continue;
@@ -489,6 +495,8 @@ flush_completed (uint64_t t)
              (x->n - (unsigned) last - 1) * sizeof *x->since);
     memmove (x->done_at, x->done_at + last + 1,
              (x->n - (unsigned) last - 1) * sizeof *x->done_at);
+    memmove (x->began_at, x->began_at + last + 1,
+             (x->n - (unsigned) last - 1) * sizeof *x->began_at);
     x->n -= (unsigned) last + 1;
   }
   pthread_mutex_unlock (&mlock);
@@ -553,6 +561,30 @@ violation (const char *what, uint64_t u, long a)
     snprintf (why, sizeof why, "unit %lu %s (%ld)", (unsigned long) u, what, a);
 }
 
+/* For the log of a failure: which version, ever, buf is, and what unit u
+ * may hold. */
+static void
+explain_read (uint64_t u, const uint8_t *buf)
+{
+  uint8_t want[LG_UNIT_SIZE];
+  long ver = -1;
+
+  for (uint32_t v = 0; v <= next_version && ver < 0; v++) {
+    fill (want, u, v);
+    if (memcmp (want, buf, LG_UNIT_SIZE) == 0)
+      ver = (long) v;
+  }
+  pthread_mutex_lock (&mlock);
+  fprintf (stderr,
+           "unit %lu read as version %ld; floor %u, since:", (unsigned long) u,
+           ver, units[u].floor);
+  for (unsigned k = 0; k < units[u].n; k++)
+    fprintf (stderr, " %u%s", units[u].since[k],
+             units[u].done_at[k] ? "" : "(not done)");
+  fprintf (stderr, "; last cut at clock %lu\n", (unsigned long) vc.cut_clock);
+  pthread_mutex_unlock (&mlock);
+}
+
 /* Reads units [u, u+n) and checks each (one by one after a failure, to
  * tell a torn unit from a broken promise). */
 static void
@@ -564,9 +596,12 @@ check_read (uint64_t u, unsigned n, bool exact)
   if (lg_dev_pread (cd, buf, (size_t) n * LG_UNIT_SIZE, u * LG_UNIT_SIZE)
       == 0) {
     for (unsigned k = 0; k < n; k++)
-      if (which (u + k, buf + k * LG_UNIT_SIZE, exact) < 0)
+      if (which (u + k, buf + k * LG_UNIT_SIZE, exact) < 0) {
+        if (atomic_load (&violations) == 0)
+          explain_read (u + k, buf + k * LG_UNIT_SIZE);
         violation ("reads as none of its versions (exact)", u + k,
                    (long) exact);
+      }
   }
   else if (n > 1)
     for (unsigned k = 0; k < n; k++)
@@ -722,6 +757,8 @@ check_all (bool survived)
 
     if (lg_dev_pread (rd, buf, sizeof buf, u * LG_UNIT_SIZE) == 0) {
       v = which (u, buf, false);
+      if (v < 0 && atomic_load (&violations) == 0)
+        explain_read (u, buf);
       if (v < 0)
         violation ("after the cut, reads as none of its versions (floor)", u,
                    (long) units[u].floor);
