@@ -790,17 +790,12 @@ check_all (bool survived)
   cr_assert_eq (lg_dev_flush (cd), 0);
 }
 
-/* relogin: half the cuts are lived through by the gateway (the target
- * alone lost power), the others stop it too. */
+/* A formatted volume (lazy: header only) on a fresh device, no cut
+ * scheduled. */
 static void
-run (uint32_t mode, bool lazy, unsigned gran, unsigned fail_permille,
-     bool relogin)
+setup (uint32_t mode, bool lazy, unsigned gran, unsigned seed)
 {
   char err[256];
-  long iters = getenv ("LG_POWERCUT_ITERS")
-      ? strtol (getenv ("LG_POWERCUT_ITERS"), NULL, 10)
-      : 60;
-  unsigned seed = (unsigned) randombytes_random ();
 
   cr_assert_geq (sodium_init (), 0);
   lg_log_set_sink (quiet);
@@ -834,6 +829,20 @@ run (uint32_t mode, bool lazy, unsigned gran, unsigned fail_permille,
     cd = NULL;
   }
   cr_assert_eq (vc_flush (&vc.dev), 0);
+}
+
+/* relogin: half the cuts are lived through by the gateway (the target
+ * alone lost power), the others stop it too. */
+static void
+run (uint32_t mode, bool lazy, unsigned gran, unsigned fail_permille,
+     bool relogin)
+{
+  long iters = getenv ("LG_POWERCUT_ITERS")
+      ? strtol (getenv ("LG_POWERCUT_ITERS"), NULL, 10)
+      : 60;
+  unsigned seed = (unsigned) randombytes_random ();
+
+  setup (mode, lazy, gran, seed);
 
   for (long it = 0; it < iters && atomic_load (&violations) == 0; it++) {
     pthread_t t[MAXTHREADS];
@@ -937,43 +946,6 @@ Test (powercut, mac_lazy_4k_target_alone_failing_writes)
 
 /* ---- single faults, one at a time ---- */
 
-static void
-setup (uint32_t mode, bool lazy, unsigned gran)
-{
-  char err[256];
-
-  cr_assert_geq (sodium_init (), 0);
-  lg_log_set_sink (quiet);
-  vc_init (gran, 1);
-  memset (&hdr, 0, sizeof hdr);
-  cr_assert_eq (lg_header_geometry (&hdr, VOL_SIZE), 0);
-  hdr.version = LG_HDR_VERSION;
-  hdr.mode = mode;
-  hdr.flags = lazy ? LG_HDR_FLAG_LAZY : 0;
-  randombytes_buf (hdr.uuid, sizeof hdr.uuid);
-  mk = sodium_malloc (LG_KEY_BYTES);
-  crypto_kdf_keygen (mk);
-  {
-    uint8_t kf[LG_KEY_BYTES];
-
-    randombytes_buf (kf, sizeof kf);
-    cr_assert_eq (lg_keyslot_set_keyfile (&hdr, 0, mk, kf), 0);
-  }
-  lg_header_set_mac (&hdr, mk);
-  cr_assert_eq (lg_header_write (&vc.dev, &hdr), 0);
-  nunits = hdr.nunits;
-  data_off = hdr.data_offset;
-  units = calloc (nunits, sizeof *units);
-  if (!lazy) {
-    cd = lg_crypt_open (&vc.dev, false, &hdr, mk, 0, false, err, sizeof err);
-    cr_assert_not_null (cd, "%s", err);
-    cr_assert_eq (lg_crypt_init_units (cd, 0, nunits, NULL), 0);
-    lg_dev_close (cd);
-    cd = NULL;
-  }
-  cr_assert_eq (vc_flush (&vc.dev), 0);
-}
-
 static int
 wr (struct lg_dev *d, uint64_t u, uint32_t ver)
 {
@@ -1024,7 +996,7 @@ Test (powercut, md_lost_across_login)
   long v;
   int r;
 
-  setup (LG_MODE_AEAD, false, 4096);
+  setup (LG_MODE_AEAD, false, 4096, 1);
   open_cd ();
   cr_assert_eq (wr (cd, 5, 1), 0);
   cr_assert_eq (lg_dev_flush (cd), 0);
@@ -1056,7 +1028,7 @@ Test (powercut, flush_ok_after_loss)
   long v;
   int r;
 
-  setup (LG_MODE_AEAD, false, 4096);
+  setup (LG_MODE_AEAD, false, 4096, 1);
   open_cd ();
   cr_assert_eq (wr (cd, 7, 1), 0);
   cr_assert_eq (lg_dev_flush (cd), 0);
@@ -1116,7 +1088,7 @@ Test (powercut, idle_reconnect_skips_login_check)
 {
   long v;
 
-  setup (LG_MODE_AEAD, false, 4096);
+  setup (LG_MODE_AEAD, false, 4096, 1);
   open_cd ();
   cr_assert_eq (wr (cd, 9, 1), 0);
   cr_assert_eq (lg_dev_flush (cd), 0);
