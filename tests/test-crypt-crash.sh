@@ -39,8 +39,10 @@ PY
 start_gateway ()
 {
   rm -f "$sock"
+  # takeover=true: the gateway killed in the round before still holds
+  # the LUN's reservation.
   "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" "url=$url" "key-file=$key" \
-    2>>"$TGT_DIR/nbdkit.log" &
+    takeover=true 2>>"$TGT_DIR/nbdkit.log" &
   gw=$!
   for _ in $(seq 100); do [ -S "$sock" ] && return 0; sleep 0.1; done
   fail "the gateway did not start"

@@ -47,11 +47,18 @@ PY
 expect_fail_with "wrong passphrase" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" "passphrase=+$wrong" --run true
 
-# A key added while the volume is served survives the gateway's clean
-# stop (which rewrites the header to mark the volume clean).
+# While a gateway serves the volume, key add is refused (one writer per
+# LUN: test-reserve has the rest).  On a target without persistent
+# reservations (LUNGATE_TEST_IGNORE_PR behaves as there) it goes
+# through, and the key survives the gateway's clean stop (which rewrites
+# the header to mark the volume clean).
 key2="$TGT_DIR/key2"; head -c 32 /dev/urandom >"$key2"
-# (nbdinfo first: the gateway has opened the volume once it answers.)
 nbd_run "url=$url/1" "key-file=$key" -- sh -c \
+  'nbdinfo "$1" >/dev/null && ! "$2" key add --key-file "$3" --new-key-file "$4" "$5" 2>"$6" && grep -q "in use by a gateway" "$6"' \
+  sh '$uri' "$LUNGATE" "$key" "$key2" "$url/1" "$TGT_DIR/refused" \
+  || { cat "$TGT_DIR/refused"; fail "key add while served was not refused"; }
+# (nbdinfo first: the gateway has opened the volume once it answers.)
+LUNGATE_TEST_IGNORE_PR=1 nbd_run "url=$url/1" "key-file=$key" -- sh -c \
   'nbdinfo "$1" >/dev/null && "$2" key add --key-file "$3" --new-key-file "$4" "$5"' \
   sh '$uri' "$LUNGATE" "$key" "$key2" "$url/1" \
   || fail "key add while served"

@@ -202,4 +202,31 @@ if grep -q "COMPARE AND WRITE" "$dir/keyadd.err"; then
 fi
 "$LUNGATE" verify --key-file "$k1" "$portal/$base:plain/0" >/dev/null || fail "istgt: the added key does not open"
 cell "header update: COMPARE AND WRITE" ok
+
+# istgt has persistent reservations: a second writer is refused, a
+# reader goes on, the holder is shown, and a clean stop releases.
+sock=$dir/gw.sock
+"${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" "url=$portal/$base:plain/0" \
+  "key-file=$k0" 2>>"$dir/gw.log" &
+gw=$!
+on_exit kill -9 "$gw"
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+env -u LD_PRELOAD "$NBD_PYTHON" -c "
+import nbd; h = nbd.NBD(); h.connect_uri('nbd+unix:///?socket=$sock')
+h.pwrite(b'R' * 4096, 0); h.flush()" || fail "istgt: the holder cannot write"
+"$LUNGATE" info "$portal/$base:plain/0" | grep -q "^reservation: Write Exclusive, Registrants Only by a gateway on this host" \
+  || { "$LUNGATE" info "$portal/$base:plain/0"; fail "istgt: info does not show the holder"; }
+expect_fail_with "in use by a gateway on this host" \
+  "$LUNGATE" key add --key-file "$k0" --new-key-file "$k0" "$portal/$base:plain/0"
+nbd_run "url=$portal/$base:plain/0" "key-file=$k0" -- "$NBD_PYTHON" -c \
+  'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); h.pwrite(b"W"*4096, 0)' '$uri' \
+  2>"$dir/second.log" && fail "istgt: a second gateway wrote"
+grep -q "in use by a gateway" "$dir/second.log" || { cat "$dir/second.log"; fail "istgt: no refusal"; }
+[ "$(nbd_run -r "url=$portal/$base:plain/0" "key-file=$k0" -- "$NBD_PYTHON" -c \
+  'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, 0)[:1].decode())' '$uri')" = R ] \
+  || fail "istgt: a reader beside the writer"
+nbd_stop "$gw"
+"$LUNGATE" info "$portal/$base:plain/0" | grep -q "^reservation: not reserved" \
+  || { "$LUNGATE" info "$portal/$base:plain/0"; fail "istgt: not released at the clean stop"; }
+cell "one writer: reservations" "ok (second writer refused, reader served)"
 echo "test-interop-istgt: ok"

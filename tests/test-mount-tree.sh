@@ -53,7 +53,12 @@ assert h == 5 << 20, h
 PY
 
 # SIGTERM: flush, unmount, exit 0 (and no sanitizer report on stderr).
-"$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t2" "$TGT_DIR/m2" 2>"$TGT_DIR/m2.log" &
+# A target of its own: the portal mount holds the LUNs of the others.
+t4=iqn.2026-11.org.lungate:tree-four
+tgt_add_target 4 "$t4"
+tgt_add_lun 4 1 8M
+tgt_allow 4 ALL
+"$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t4" "$TGT_DIR/m2" 2>"$TGT_DIR/m2.log" &
 mkdir -p "$TGT_DIR/m2"
 pid2=$!
 for _ in $(seq 100); do mountpoint -q "$TGT_DIR/m2" && break; sleep 0.1; done
@@ -64,7 +69,7 @@ kill -TERM "$pid2"
 rc=0; wait "$pid2" || rc=$?
 [ "$rc" = 0 ] || { cat "$TGT_DIR/m2.log"; fail "SIGTERM: exit status $rc"; }
 if mountpoint -q "$TGT_DIR/m2"; then fail "still mounted after SIGTERM"; fi
-cmp -n 1048576 "$TGT_DIR/data" "$(tgt_lun_file 2 1)" || fail "data not on the LUN after SIGTERM"
+cmp -n 1048576 "$TGT_DIR/data" "$(tgt_lun_file 4 1)" || fail "data not on the LUN after SIGTERM"
 if grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$TGT_DIR/m2.log"; then
   cat "$TGT_DIR/m2.log"; fail "sanitizer report from the mount daemon"
 fi
@@ -128,10 +133,11 @@ ubin=$(mktemp -d /tmp/lungate-bin.XXXXXX)
 on_exit rm -rf "$ubin"
 cp "$LUNGATE" "$ubin/lungate"
 chmod 755 "$ubin" "$ubin/lungate"
+# --takeover: the portal mount killed above still holds the reservation.
 timeout 60 setpriv --reuid=65534 --regid=65534 --clear-groups \
   unshare -Urm sh -c '
     set -e
-    "$1" mount "$2" "$3"
+    "$1" mount --takeover "$2" "$3"
     test "$(stat -c %s "$3/lun1")" = 8388608
     dd if=/dev/zero of="$3/lun1" bs=4096 count=1 conv=notrunc status=none
     dd if="$3/lun1" of=/dev/null bs=1M status=none

@@ -68,8 +68,13 @@ struct export
   struct lg_dev *dev;      /* the stack: crypt layer over the LUN, or the LUN */
   struct lg_lun_info info; /* what the LUN is */
   bool crypt;
+  bool claimed; /* write access taken (claim_lock) */
 };
 static struct lg_pool *pool;
+/* takeover= and shared=: how the first writable connection to an export
+ * claims it (lg_dev_claim).  One claim at a time. */
+static unsigned claim_flags;
+static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t nexports;
 static struct export *exports;
 
@@ -313,6 +318,15 @@ lungate_config (const char *key, const char *value)
     md_cache_blocks = (size_t) (sz / LG_MD_BLOCK);
     return 0;
   }
+  if (strcmp (key, "takeover") == 0 || strcmp (key, "shared") == 0) {
+    unsigned flag = key[0] == 't' ? LG_CLAIM_TAKEOVER : LG_CLAIM_SHARED;
+    int b = nbdkit_parse_bool (value);
+
+    if (b < 0)
+      return -1;
+    claim_flags = b ? claim_flags | flag : claim_flags & ~flag;
+    return 0;
+  }
   if (strcmp (key, "timeout") == 0)
     return parse_seconds (key, value, -1, &login.io_timeout);
   if (strcmp (key, "connect-timeout") == 0)
@@ -401,7 +415,10 @@ lungate_config_complete (void)
   "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
   "                     (-: prompt, +FILE, -FD).\n"                            \
-  "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M)."
+  "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"       \
+  "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n" \
+  "shared=true          Plain LUNs: take no exclusive write access (for\n"   \
+  "                     cluster file systems; refused for lungate volumes)."
 
 static const struct lg_keysrc *
 keysrc (void)
@@ -591,6 +608,32 @@ find_export (const char *name)
   return NULL;
 }
 
+/* The first writable connection to an export takes write access to its
+ * LUN, for as long as nbdkit runs: a second gateway is refused here,
+ * before anything is written (dev/reserve.h). */
+static int
+claim (const struct export *ce)
+{
+  struct export *e = (struct export *) ce;
+  char err[512];
+  int r = 0;
+
+  pthread_mutex_lock (&claim_lock);
+  if (!e->claimed) {
+    if (lg_dev_claim (e->dev, claim_flags, err, sizeof err) < 0) {
+      int saved = errno;
+
+      nbdkit_error ("%s", err);
+      errno = saved == EBUSY ? EPERM : saved;
+      r = -1;
+    }
+    else
+      e->claimed = true;
+  }
+  pthread_mutex_unlock (&claim_lock);
+  return r;
+}
+
 static void *
 lungate_open (int readonly)
 {
@@ -598,7 +641,6 @@ lungate_open (int readonly)
   struct handle *h;
   const struct export *e = find_export (name ? name : "");
 
-  (void) readonly;
   if (e == NULL) {
     nbdkit_error ("export '%s' does not exist: exports are lun<N>, see "
                   "nbdinfo --list",
@@ -606,6 +648,8 @@ lungate_open (int readonly)
     errno = ENOENT;
     return NULL;
   }
+  if (!readonly && claim (e) < 0)
+    return NULL;
   h = malloc (sizeof *h);
   if (h == NULL) {
     nbdkit_error ("malloc: %m");

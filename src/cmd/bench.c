@@ -83,6 +83,8 @@ static const char usage[]
       "  --connections N              iSCSI connections (default 4)\n"
       "  --json                       results as JSON on standard output\n"
       "  --svg FILE                   bar charts of throughput and latency\n"
+      "  --takeover                   the gateway holding the LUN is gone:\n"
+      "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -555,6 +557,7 @@ lg_cmd_bench (int argc, char **argv)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
+    LG_CLAIM_OPTIONS,
     { "time", required_argument, NULL, OPT_TIME },
     { "seq-bs", required_argument, NULL, OPT_SEQ_BS },
     { "rand-bs", required_argument, NULL, OPT_RAND_BS },

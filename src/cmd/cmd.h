@@ -45,6 +45,8 @@ enum {
   OPT_KEY_FILE,
   OPT_PASSPHRASE_FILE,
   OPT_PASSPHRASE_FD,
+  OPT_TAKEOVER,
+  OPT_SHARED,
   OPT_LOGIN_LAST,
 };
 
@@ -74,6 +76,15 @@ enum {
     "passphrase-fd", required_argument, NULL, OPT_PASSPHRASE_FD                \
   }
 
+/* The commands that write: --takeover (lg_cmd_claim_flags). */
+#define LG_CLAIM_OPTIONS                                                       \
+  {                                                                            \
+    "takeover", no_argument, NULL, OPT_TAKEOVER                                \
+  }
+
+/* LG_CLAIM_* (dev.h) for lg_cmd_open_lun's claim, set by lg_cmd_option. */
+extern unsigned lg_cmd_claim_flags;
+
 extern const char lg_login_help[];
 extern const char lg_key_help[];
 
@@ -96,7 +107,9 @@ struct lg_dev;
 struct lg_pool;
 
 /* Logs in and opens the raw LUN of a LUN URL (the device owns its pool
- * of `connections' sessions).  NULL with the reason reported. */
+ * of `connections' sessions); unless read_only, takes write access to it
+ * (lg_dev_claim with lg_cmd_claim_flags).  NULL with the reason
+ * reported. */
 struct lg_dev *lg_cmd_open_lun (const struct lg_url *u,
                                 const struct lg_login *l, unsigned connections,
                                 bool read_only);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
+#include "dev/reserve.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
 #include "util/fmt.h"
@@ -31,8 +32,10 @@ static const char usage[]
       "\n";
 
 static void
-print_lun_text (const struct lg_lun_info *li)
+print_lun_text (const struct lg_lun_info *li, const struct lg_pr_state *st)
 {
+  char line[1024];
+
   char hs[32];
 
   printf ("  lun %d  %s", li->lun, li->type_name);
@@ -43,10 +46,15 @@ print_lun_text (const struct lg_lun_info *li)
             lg_human_size (li->size, hs, sizeof hs), li->size, li->nblocks,
             li->block_size);
   printf ("  %s %s\n", li->vendor, li->product);
+  if (st->supported && (st->reserved || st->nkeys)) {
+    lg_pr_describe (st, line, sizeof line);
+    printf ("    reservation: %s\n", line);
+  }
 }
 
 static void
-print_lun_json (const struct lg_lun_info *li, bool first)
+print_lun_json (const struct lg_lun_info *li, const struct lg_pr_state *st,
+                bool first)
 {
   printf ("%s{\"lun\": %d, \"type\": ", first ? "" : ", ", li->lun);
   lg_json_string (stdout, li->type_name);
@@ -58,6 +66,10 @@ print_lun_json (const struct lg_lun_info *li, bool first)
     printf (", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
             ", \"block_size\": %u",
             li->size, li->nblocks, li->block_size);
+  if (li->is_disk && !li->no_medium) {
+    printf (", \"reservation\": ");
+    lg_pr_print_json (stdout, st);
+  }
   printf ("}");
 }
 
@@ -102,16 +114,20 @@ list_target (const struct lg_login *login, const char *portal,
   r = 0;
   for (size_t i = 0; i < n; i++) {
     struct lg_lun_info li;
+    struct lg_pr_state st = { 0 };
 
     if (lg_lun_probe (p, luns[i], &li, err, sizeof err) < 0) {
       lg_error ("%s", err);
       r = -1;
       continue;
     }
+    if (li.is_disk && !li.no_medium
+        && lg_reserve_read (p, luns[i], &st, err, sizeof err) < 0)
+      lg_warn ("%s", err);
     if (json)
-      print_lun_json (&li, first);
+      print_lun_json (&li, &st, first);
     else
-      print_lun_text (&li);
+      print_lun_text (&li, &st);
     first = false;
   }
 

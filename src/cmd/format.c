@@ -40,6 +40,8 @@ static const char usage[]
       "  --force                      format a LUN that holds a lungate "
       "header\n"
       "                               or looks in use\n"
+      "  --takeover                   the gateway holding the LUN is gone:\n"
+      "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -72,6 +74,7 @@ lg_cmd_format (int argc, char **argv)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
+    LG_CLAIM_OPTIONS,
     LG_KEY_OPTIONS,
     { "mode", required_argument, NULL, OPT_MODE },
     { "lazy", no_argument, NULL, OPT_LAZY },

@@ -12,6 +12,7 @@
 #include "cmd/cmd.h"
 #include "crypt/header.h"
 #include "dev/iscsi.h"
+#include "dev/reserve.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
 #include "util/fmt.h"
@@ -120,6 +121,26 @@ print_json (const char *url, const struct lg_lun_info *li)
     lg_json_string (stdout, sup);
   }
   /* The caller adds the volume fields and closes the object. */
+}
+
+/* Who holds the LUN: its persistent reservation and registered keys. */
+static void
+print_reservation (struct lg_pool *p, int lun, bool json)
+{
+  struct lg_pr_state st;
+  char err[512], line[1024];
+
+  if (lg_reserve_read (p, lun, &st, err, sizeof err) < 0) {
+    lg_warn ("%s", err);
+    return;
+  }
+  if (!json) {
+    lg_pr_describe (&st, line, sizeof line);
+    printf ("reservation: %s\n", line);
+    return;
+  }
+  printf (", \"reservation\": ");
+  lg_pr_print_json (stdout, &st);
 }
 
 /* The lungate header, if the LUN holds one: never a secret, only what
@@ -263,8 +284,10 @@ lg_cmd_info (int argc, char **argv)
     print_json (url, &li);
   else
     print_text (url, &li);
-  if (li.is_disk && !li.no_medium)
+  if (li.is_disk && !li.no_medium) {
+    print_reservation (p, u.lun, json);
     print_volume (p, u.lun, json);
+  }
   if (json)
     printf ("}\n");
   status = LG_EXIT_OK;

@@ -49,6 +49,8 @@ static const char usage[]
       "first\n"
       "                               free one); remove: the slot to empty\n"
       "  --force                      remove: even the last slot\n"
+      "  --takeover                   the gateway holding the LUN is gone:\n"
+      "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -65,6 +67,7 @@ lg_cmd_key (int argc, char **argv)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
+    LG_CLAIM_OPTIONS,
     LG_KEY_OPTIONS,
     { "new-key-file", required_argument, NULL, OPT_NEW_KEY_FILE },
     { "new-passphrase-file", required_argument, NULL, OPT_NEW_PASSPHRASE_FILE },

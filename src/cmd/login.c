@@ -213,12 +213,19 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
   }
 }
 
+unsigned lg_cmd_claim_flags;
+
 int
 lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
                const char *arg)
 {
   int r = lg_login_option (l, c, arg);
 
+  if (c == OPT_TAKEOVER || c == OPT_SHARED) {
+    lg_cmd_claim_flags |= c == OPT_TAKEOVER ? LG_CLAIM_TAKEOVER
+                                            : LG_CLAIM_SHARED;
+    return 1;
+  }
   if (r == 0 && keys)
     r = lg_key_option (keys, c, arg);
   return r;
@@ -251,6 +258,12 @@ lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
   if (d == NULL) {
     lg_error ("%s", err);
     lg_pool_close (p);
+    return NULL;
+  }
+  if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
+    lg_error ("%s", err);
+    lg_dev_close (d);
+    return NULL;
   }
   return d;
 }

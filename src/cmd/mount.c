@@ -4,11 +4,14 @@
  * every target discovery finds.  Main thread, then libfuse's workers. */
 #include <config.h>
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/fmt.h"
@@ -25,6 +28,7 @@ enum {
   OPT_MODE,
   OPT_UID,
   OPT_GID,
+  OPT_NONEMPTY,
 };
 
 static const char usage[]
@@ -45,6 +49,12 @@ static const char usage[]
       "4)\n"
       "  --mode MODE                  file mode, octal (default 0600)\n"
       "  --uid UID, --gid GID         owner of the files (default: yours)\n"
+      "  --takeover                   the gateway holding a LUN is gone:\n"
+      "                               preempt its reservation\n"
+      "  --shared                     plain LUNs: no exclusive write access\n"
+      "                               (cluster file systems; refused for\n"
+      "                               lungate volumes)\n"
+      "  --nonempty                   mount on a directory that is not empty\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -218,6 +228,11 @@ ready (struct lg_fs *fs, void *opaque)
       lg_error ("%s", err);
       return -1;
     }
+    if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
+      lg_error ("%s", err);
+      lg_dev_close (d);
+      return -1;
+    }
     snprintf (name, sizeof name, "lun%d", m->luns[i].lun);
     if (lg_fs_add_file (fs, m->dirs[m->luns[i].target], name, d) < 0) {
       lg_dev_close (d);
@@ -225,6 +240,79 @@ ready (struct lg_fs *fs, void *opaque)
     }
   }
   return 0;
+}
+
+/* The mount's source in /proc/mounts: the URL without credentials, with
+ * only characters that need no escaping there nor in a -o option. */
+static void
+mount_source (const struct lg_url *u, char *buf, size_t len)
+{
+  char lun[16] = "";
+
+  if (u->kind == LG_URL_LUN)
+    snprintf (lun, sizeof lun, "/%d", u->lun);
+  snprintf (buf, len, "lungate:iscsi://%s%s%s%s", u->portal,
+            u->kind == LG_URL_PORTAL ? "" : "/",
+            u->kind == LG_URL_PORTAL ? "" : u->target, lun);
+  for (char *p = buf; *p; p++)
+    if (!(isalnum ((unsigned char) *p) || strchr (":/._-[]@", *p)))
+      *p = '_';
+}
+
+/* DIR must be an empty directory (unless nonempty); abs gets its
+ * absolute path, which the background process, in /, can still unmount. */
+static int
+check_dir (const char *dir, bool nonempty, char *abs)
+{
+  struct stat st;
+  DIR *d;
+  struct dirent *e;
+  int n = 0;
+
+  if (realpath (dir, abs) == NULL || stat (abs, &st) < 0) {
+    lg_error ("%s: %m", dir);
+    return -1;
+  }
+  if (!S_ISDIR (st.st_mode)) {
+    lg_error ("%s: not a directory: the mount point must be an empty "
+              "directory",
+              dir);
+    return -1;
+  }
+  if (nonempty || (d = opendir (abs)) == NULL)
+    return 0;
+  while ((e = readdir (d)) != NULL)
+    n += strcmp (e->d_name, ".") != 0 && strcmp (e->d_name, "..") != 0;
+  closedir (d);
+  if (n > 0) {
+    lg_error ("%s: the directory is not empty: the mount would hide what is "
+              "in it (--nonempty mounts anyway)",
+              dir);
+    return -1;
+  }
+  return 0;
+}
+
+/* The same URL must not be mounted twice on one host. */
+static int
+check_mounted (const char *source)
+{
+  FILE *f = fopen ("/proc/self/mounts", "r");
+  char line[4096], src[1024], where[2048];
+  int r = 0;
+
+  if (f == NULL)
+    return 0;
+  while (r == 0 && fgets (line, sizeof line, f))
+    if (sscanf (line, "%1023s %2047s", src, where) == 2
+        && strcmp (src, source) == 0) {
+      lg_error ("%s is mounted already on %s (unmount it with fusermount3 "
+                "-u %s)",
+                source + strlen ("lungate:"), where, where);
+      r = -1;
+    }
+  fclose (f);
+  return r;
 }
 
 static long
@@ -254,6 +342,9 @@ lg_cmd_mount (int argc, char **argv)
     { "mode", required_argument, NULL, OPT_MODE },
     { "uid", required_argument, NULL, OPT_UID },
     { "gid", required_argument, NULL, OPT_GID },
+    LG_CLAIM_OPTIONS,
+    { "shared", no_argument, NULL, OPT_SHARED },
+    { "nonempty", no_argument, NULL, OPT_NONEMPTY },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -265,9 +356,10 @@ lg_cmd_mount (int argc, char **argv)
   struct lg_fs *fs = NULL;
   char *fargv[8];
   int fargc = 0;
-  char mount_opts[128];
+  char mount_opts[384];
   bool foreground = false, allow_other = false, default_perms = false;
-  bool mode_set = false;
+  bool mode_set = false, nonempty = false;
+  char dir[PATH_MAX], source[200];
   unsigned connections = 4;
   long v;
   int c, status = LG_EXIT_FAIL;
@@ -334,6 +426,9 @@ lg_cmd_mount (int argc, char **argv)
         goto out;
       fo.gid = (gid_t) v;
       break;
+    case OPT_NONEMPTY:
+      nonempty = true;
+      break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
       status = LG_EXIT_OK;
@@ -356,6 +451,10 @@ lg_cmd_mount (int argc, char **argv)
     fo.file_mode = 0400;
   if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
     goto out;
+  mount_source (&u, source, sizeof source);
+  if (check_dir (argv[optind + 1], nonempty, dir) < 0
+      || check_mounted (source) < 0)
+    goto out;
 
   m = calloc (1, sizeof *m);
   if (m == NULL)
@@ -374,12 +473,13 @@ lg_cmd_mount (int argc, char **argv)
     goto out;
   /* Sized for every option at once (64 bytes cut default_permissions). */
   snprintf (mount_opts, sizeof mount_opts,
-            "fsname=lungate,subtype=lungate%s%s%s", fo.read_only ? ",ro" : "",
+            "fsname=%s,subtype=lungate%s%s%s", source,
+            fo.read_only ? ",ro" : "",
             allow_other ? ",allow_other" : "",
             default_perms ? ",default_permissions" : "");
   fargv[fargc++] = (char *) "-o";
   fargv[fargc++] = mount_opts;
-  if (lg_fs_run (fs, argv[optind + 1], fargc, fargv, foreground, ready, m) == 0)
+  if (lg_fs_run (fs, dir, fargc, fargv, foreground, ready, m) == 0)
     status = LG_EXIT_OK;
 
 out:

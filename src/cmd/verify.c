@@ -26,6 +26,8 @@ static const char usage[]
       "Options:\n"
       "  --repair                     after an unclean stop: clear stale\n"
       "                               metadata slots, mark the volume clean\n"
+      "  --takeover                   the gateway holding the LUN is gone:\n"
+      "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -57,6 +59,7 @@ lg_cmd_verify (int argc, char **argv)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
+    LG_CLAIM_OPTIONS,
     LG_KEY_OPTIONS,
     { "repair", no_argument, NULL, OPT_REPAIR },
     { "help", no_argument, NULL, 'h' },

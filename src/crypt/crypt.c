@@ -323,7 +323,43 @@ cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
   lg_dev_transport (((const struct cdev *) d)->lower, t);
 }
 
+/* One writer: the lower device's exclusive claim, never a shared one (two
+ * gateways' metadata caches would overwrite each other's slots).  After a
+ * takeover the volume counts as stopped uncleanly: the holder may have
+ * died between a unit's metadata and its data. */
+static int
+cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
+{
+  struct cdev *x = to_cdev (d);
+  int r = 0;
+
+  if (flags & LG_CLAIM_SHARED) {
+    snprintf (err, errlen,
+              "%s: a lungate volume cannot be shared: it has one writer "
+              "(two gateways would overwrite each other's metadata slots); "
+              "open it read-only (-r, -o ro) beside the writer",
+              d->name);
+    errno = EINVAL;
+    return -1;
+  }
+  if ((r = lg_dev_claim (x->lower, flags, err, errlen)) <= 0
+      || !x->manage_dirty)
+    return r;
+  pthread_mutex_lock (&x->dirty_lock);
+  atomic_store (&x->trust_newer, false);
+  atomic_store (&x->clean_at_close, false);
+  x->was_dirty = true;
+  if ((r = lgc_set_dirty (x, true)) < 0)
+    snprintf (err, errlen, "%s: marking the volume dirty for the takeover: %m",
+              d->name);
+  else
+    atomic_store (&x->marked, true);
+  pthread_mutex_unlock (&x->dirty_lock);
+  return r < 0 ? -1 : 1;
+}
+
 static const struct lg_dev_ops cdev_ops = {
+  .claim = cdev_claim,
   .name = "crypt",
   .pread = lgc_pread,
   .pwrite = lgc_pwrite,

@@ -297,3 +297,11 @@ lg_dev_auth_failures (const struct lg_dev *d)
 {
   return d->ops->auth_failures ? d->ops->auth_failures (d) : 0;
 }
+
+int
+lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
+{
+  if (d->read_only || d->ops->claim == NULL)
+    return 0;
+  return d->ops->claim (d, flags, err, errlen);
+}

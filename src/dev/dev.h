@@ -19,6 +19,9 @@
 #define LG_MAY_TRIM 0x02  /* zero: may deallocate */
 #define LG_FAST_ZERO 0x04 /* zero: fail with ENOTSUP unless fast */
 
+#define LG_CLAIM_TAKEOVER 0x01 /* claim: preempt a holder that is gone */
+#define LG_CLAIM_SHARED 0x02   /* claim: no exclusive access (plain LUNs) */
+
 struct lg_dev;
 
 /* How a login check reads the LUN (lg_dev_watch_login). */
@@ -104,6 +107,8 @@ struct lg_dev_ops {
   /* Optional: see lg_dev_compare_write. */
   int (*compare_write) (struct lg_dev *d, const void *expect, const void *buf,
                         size_t count, uint64_t off);
+  /* Optional: see lg_dev_claim. */
+  int (*claim) (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
 };
 
 struct lg_dev {
@@ -190,6 +195,15 @@ void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
  * no sessions (nothing is held across a login there). */
 int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
                         void *opaque);
+
+/* Takes exclusive write access to a writable device, for as long as it
+ * is open (dev/reserve.h): before anything is written.  flags:
+ * LG_CLAIM_TAKEOVER preempts the holder; LG_CLAIM_SHARED takes no
+ * exclusive access (refused where one writer is required: the crypt
+ * layer).  0 also for read-only devices and where nothing can be held;
+ * 1 when another holder was preempted (LG_CLAIM_TAKEOVER); -1 with errno (EBUSY when another gateway holds it, EINVAL for a shared
+ * claim that cannot be) and a sentence in err. */
+int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
 
 /* Microseconds on the monotonic clock, for lg_dev_account. */
 uint64_t lg_dev_now_us (void);

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "dev/iscsi.h"
+#include "dev/reserve.h"
 #include "iscsi/sense.h"
 #include "util/log.h"
 
@@ -66,6 +67,8 @@ struct idev {
   void *upper_opaque;
   unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
+  struct lg_reserve *res;         /* write access (reserve.h) */
+  bool pinned;                    /* the pool checks the LUN at every login */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
 
@@ -75,6 +78,8 @@ to_idev (struct lg_dev *d)
   return (struct idev *) d;
 }
 
+static int refused (struct idev *x);
+
 /* Logs and sets errno for a failed command. */
 static int
 cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
@@ -83,6 +88,8 @@ cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
   char msg[256];
   int err = lg_cmd_errno (cmd, msg, sizeof msg);
 
+  if (cmd->status == SCSI_STATUS_RESERVATION_CONFLICT)
+    lg_reserve_conflict (x->res);
   lg_error ("%s: %s LBA %" PRIu64 "+%" PRIu64 ": %s", x->dev.name,
             lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0), lba, nblocks,
             msg);
@@ -341,12 +348,15 @@ check_after_login (void *opaque, struct lg_session *s, int lun)
     return -1;
   if (lg_lun_probe_io (&io, lun, &li, err, sizeof err) < 0) {
     lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+    lg_reserve_unsure (x->res);
     return -2;
   }
   if (identity_diff (x, &li, true, diff, sizeof diff) == 0) {
     struct sreader r = { { sreader_pread }, x, s };
-    int u = 0;
+    int u = lg_reserve_after_login (x->res, s);
 
+    if (u < 0)
+      return u;
     /* The layer above says what it found: -2 when it could not read. */
     pthread_mutex_lock (&x->upper_lock);
     if (x->upper_check)
@@ -502,7 +512,7 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   struct abatch *b;
   unsigned n;
 
-  if (revalidate (to_idev (d), false) < 0)
+  if (revalidate (to_idev (d), false) < 0 || (write && refused (x) < 0))
     return -1;
 
   /* Unaligned requests read-modify-write under locks, and FUA without
@@ -702,7 +712,7 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   uint64_t bs = x->bs;
   bool fua = (flags & LG_FUA) && x->dpofua;
 
-  if (revalidate (to_idev (d), false) < 0)
+  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
     return -1;
 
   if (off % bs != 0 || count < bs) {
@@ -794,7 +804,7 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   uint64_t first = (off + x->bs - 1) / x->bs;
   uint64_t end = (off + count) / x->bs;
 
-  if (revalidate (to_idev (d), false) < 0)
+  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
     return -1;
 
   /* Trim is a hint: only the whole blocks inside the range go. */
@@ -871,6 +881,9 @@ idev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
   if (off % x->bs || count % x->bs || nblocks == 0
       || nblocks > x->max_caw_blocks) {
     errno = ENOTSUP;
+    return -1;
+  }
+  if (refused (x) < 0) {
     return -1;
   }
   both = malloc (2 * count);
@@ -955,7 +968,7 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   bool unmap = (flags & LG_MAY_TRIM) && x->info.lbpws && x->info.lbprz;
   bool native = x->dev.can_zero && !atomic_load (&x->no_write_same);
 
-  if (revalidate (to_idev (d), false) < 0)
+  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
     return -1;
 
   if (flags & LG_FAST_ZERO) {
@@ -1033,12 +1046,57 @@ idev_extents (struct lg_dev *d, uint64_t count, uint64_t off, lg_extent_fn *fn,
   return 0;
 }
 
+/* Writes fail once the reservation is lost (reserve.h). */
+static int
+refused (struct idev *x)
+{
+  char msg[512];
+
+  if (!lg_reserve_refuses (x->res, msg, sizeof msg))
+    return 0;
+  lg_debug ("%s", msg);
+  errno = EPERM;
+  return -1;
+}
+
+static int
+idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
+{
+  struct idev *x = to_idev (d);
+  bool no_pr;
+  int r;
+
+  /* Pinned first: a session that logs in during the claim registers. */
+  if (!x->pinned && !(flags & LG_CLAIM_SHARED)) {
+    if (lg_pool_pin (x->pool, x->lun, true) < 0) {
+      snprintf (err, errlen, "out of memory");
+      errno = ENOMEM;
+      return -1;
+    }
+    x->pinned = true;
+  }
+  if ((r = lg_reserve_claim (x->res, flags, &no_pr, err, errlen)) < 0
+      || no_pr) {
+    int e = errno;
+
+    if (x->pinned)
+      lg_pool_pin (x->pool, x->lun, false);
+    x->pinned = false;
+    errno = e;
+    return r;
+  }
+  return r;
+}
+
 static void
 idev_close (struct lg_dev *d)
 {
   struct idev *x = to_idev (d);
 
   lg_pool_unwatch (x->pool, x);
+  if (x->pinned)
+    lg_pool_pin (x->pool, x->lun, false);
+  lg_reserve_free (x->res);
   if (x->owns_pool)
     lg_pool_close (x->pool);
   for (int i = 0; i < RMW_STRIPES; i++)
@@ -1071,6 +1129,7 @@ static const struct lg_dev_ops idev_ops = {
   .transport = idev_transport,
   .watch_login = idev_watch_login,
   .compare_write = idev_compare_write,
+  .claim = idev_claim,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim,
@@ -1133,6 +1192,13 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   }
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
+  x->res = lg_reserve_new (p, lun, x->dev.name);
+  if (x->res == NULL) {
+    lg_pool_unwatch (p, x);
+    snprintf (err, errlen, "out of memory");
+    errno = ENOMEM;
+    goto err;
+  }
   x->dev.ops = &idev_ops;
   x->dev.size = li->size;
   x->dev.block_size = x->bs;

@@ -682,10 +682,64 @@ static const struct fuse_lowlevel_ops ops = {
   .statfs = fs_statfs,
 };
 
+/* Into the background (instead of fuse_daemonize, which lets the parent
+ * exit before the devices are open): the parent waits until the child says it serves
+ * (a byte 0 on the pipe) and exits 0, or exits 1 when the child fails
+ * before (it said why on the shared stderr).  The child returns the
+ * pipe's write end. */
+static int
+background (void)
+{
+  int fds[2];
+  pid_t pid;
+  char c = 1;
+
+  if (pipe (fds) < 0) {
+    lg_error ("pipe: %m");
+    return -1;
+  }
+  pid = fork ();
+  if (pid < 0) {
+    lg_error ("fork: %m");
+    return -1;
+  }
+  if (pid > 0) {
+    close (fds[1]);
+    while (read (fds[0], &c, 1) < 0 && errno == EINTR)
+      ;
+    _exit (c == 0 ? 0 : 1);
+  }
+  close (fds[0]);
+  setsid ();
+  return fds[1];
+}
+
+/* The child serves: tell the parent, and leave the terminal. */
+static void
+served (int fd)
+{
+  char c = 0;
+  int null = open ("/dev/null", O_RDWR);
+
+  if (write (fd, &c, 1) != 1)
+    lg_debug ("telling the parent: %m");
+  close (fd);
+  if (null >= 0) {
+    dup2 (null, 0);
+    dup2 (null, 1);
+    dup2 (null, 2);
+    if (null > 2)
+      close (null);
+  }
+  if (chdir ("/") < 0)
+    lg_debug ("chdir /: %m");
+}
+
 int
 lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
            bool foreground, int (*ready) (struct lg_fs *, void *), void *opaque)
 {
+  int bg = -1;
   struct fuse_args args = FUSE_ARGS_INIT (fuse_argc, fuse_argv);
   struct fuse_session *se;
   struct fuse_loop_config *cfg;
@@ -693,6 +747,8 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
 
   the_fs = fs;
   fs->mounted = time (NULL);
+  if (!foreground && (bg = background ()) < 0)
+    return -1;
   se = fuse_session_new (&args, &ops, sizeof ops, NULL);
   if (se == NULL) {
     lg_error ("cannot start a FUSE session (bad -o option?)");
@@ -704,12 +760,12 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
               dir, dir);
     goto out_destroy;
   }
-  if (fuse_daemonize (foreground) != 0)
-    goto out_unmount;
   if (ready && ready (fs, opaque) < 0)
     goto out_unmount;
   if (fuse_set_signal_handlers (se) != 0)
     goto out_unmount;
+  if (bg >= 0)
+    served (bg);
   cfg = fuse_loop_cfg_create ();
   fuse_loop_cfg_set_max_threads (cfg, 64);
   fuse_loop_cfg_set_idle_threads (cfg, 64);

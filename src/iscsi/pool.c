@@ -35,6 +35,9 @@ struct lg_pool {
   pthread_mutex_t watch_lock;
   struct watch *watches;
   size_t nwatches;
+  pthread_mutex_t pin_lock;
+  int *pins; /* lg_pool_pin, one entry a pin */
+  size_t npins;
   char portal[300];
   char target[256];
   struct lg_session *s[];
@@ -54,6 +57,47 @@ validate (void *opaque, struct lg_session *s, int lun)
       break;
     }
   pthread_mutex_unlock (&p->watch_lock);
+  return r;
+}
+
+/* lg_shared.always: the pinned LUNs.  pin_lock is a leaf: a session's
+ * loop takes it under its own lock. */
+static unsigned
+always (void *opaque, int *luns, unsigned cap)
+{
+  struct lg_pool *p = opaque;
+  unsigned n = 0;
+
+  pthread_mutex_lock (&p->pin_lock);
+  for (size_t i = 0; i < p->npins && n < cap; i++)
+    luns[n++] = p->pins[i];
+  pthread_mutex_unlock (&p->pin_lock);
+  return n;
+}
+
+int
+lg_pool_pin (struct lg_pool *p, int lun, bool on)
+{
+  int r = 0;
+
+  pthread_mutex_lock (&p->pin_lock);
+  if (on) {
+    int *np = realloc (p->pins, (p->npins + 1) * sizeof *np);
+
+    if (np == NULL)
+      r = -1;
+    else {
+      p->pins = np;
+      p->pins[p->npins++] = lun;
+    }
+  }
+  else
+    for (size_t i = 0; i < p->npins; i++)
+      if (p->pins[i] == lun) {
+        p->pins[i] = p->pins[--p->npins];
+        break;
+      }
+  pthread_mutex_unlock (&p->pin_lock);
   return r;
 }
 
@@ -112,8 +156,10 @@ lg_pool_open (const struct lg_login *login, const char *portal,
   }
   p->shared.fence = p->fence;
   p->shared.validate = validate;
+  p->shared.always = always;
   p->shared.opaque = p;
   pthread_mutex_init (&p->watch_lock, NULL);
+  pthread_mutex_init (&p->pin_lock, NULL);
   snprintf (p->portal, sizeof p->portal, "%s", portal);
   snprintf (p->target, sizeof p->target, "%s", target);
   for (p->n = 0; p->n < n; p->n++) {
@@ -138,8 +184,16 @@ lg_pool_close (struct lg_pool *p)
     lg_session_close (p->s[i]);
   lg_fence_free (p->fence);
   pthread_mutex_destroy (&p->watch_lock);
+  pthread_mutex_destroy (&p->pin_lock);
   free (p->watches);
+  free (p->pins);
   free (p);
+}
+
+struct lg_session *
+lg_pool_session (const struct lg_pool *p, unsigned i)
+{
+  return i < p->n ? p->s[i] : NULL;
 }
 
 unsigned

@@ -5,6 +5,7 @@
 #ifndef LG_POOL_H
 #define LG_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "iscsi/session.h"
@@ -42,6 +43,14 @@ typedef int lg_pool_check_fn (void *opaque, struct lg_session *s, int lun);
 int lg_pool_watch (struct lg_pool *p, int lun, lg_pool_check_fn *fn,
                    void *opaque);
 void lg_pool_unwatch (struct lg_pool *p, void *opaque);
+/* Pins lun (on) or removes one pin: the check of a pinned LUN runs after
+ * every login of every session, not only when the session held commands
+ * for it (a reservation is registered again on each new nexus:
+ * dev/iscsi.c).  -1 when out of memory. */
+int lg_pool_pin (struct lg_pool *p, int lun, bool on);
+
+/* Session i of the pool, or NULL. */
+struct lg_session *lg_pool_session (const struct lg_pool *p, unsigned i);
 
 /* Submits and waits. */
 void lg_pool_exec (struct lg_pool *p, struct lg_cmd *cmd);

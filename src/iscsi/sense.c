@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "iscsi/sense.h"
 
@@ -123,7 +124,7 @@ lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
     snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)",
               scsi_sense_key_str (cmd->sense.key), cmd->sense.key,
               scsi_sense_ascq_str (cmd->sense.ascq), cmd->sense.ascq);
-  else if (cmd->msg[0])
+  else if (cmd->msg[0] && strcmp (cmd->msg, status_name (cmd->status)) != 0)
     snprintf (msg, len, "%s: %s", status_name (cmd->status), cmd->msg);
   else
     snprintf (msg, len, "%s (status 0x%x)", status_name (cmd->status),

@@ -169,12 +169,19 @@ loop_up (struct lg_session *s, int64_t *last)
 
 /* ---- the identity check after a login ---- */
 
-/* The LUNs a check must cover: those of held commands and of doubts lost
- * with the connection (s->lock held).  Fills s->vluns; false when none. */
+/* The LUNs a check must cover: those of held commands, of doubts lost
+ * with the connection, and those the pool checks after every login
+ * (s->lock held).  Fills s->vluns; false when none. */
+#define ALWAYS_MAX 64
 static bool
 luns_to_check (struct lg_session *s)
 {
-  unsigned cap = 0;
+  int always[ALWAYS_MAX];
+  unsigned cap = 0, nalways = 0;
+
+  if (s->shared && s->shared->always)
+    nalways = s->shared->always (s->shared->opaque, always, ALWAYS_MAX);
+  cap = nalways;
 
   free (s->vluns);
   s->vluns = NULL;
@@ -187,6 +194,8 @@ luns_to_check (struct lg_session *s)
   }
   if (cap == 0 || (s->vluns = calloc (cap, sizeof *s->vluns)) == NULL)
     return false;
+  for (unsigned i = 0; i < nalways; i++)
+    lg_s_add_lun (s->vluns, &s->nvluns, always[i]);
   for (const struct lg_cmd *c = s->held; c; c = c->next)
     lg_s_add_lun (s->vluns, &s->nvluns, c->lun);
   for (const struct lg_doubt *d = s->doubts; d; d = d->snext)

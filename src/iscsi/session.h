@@ -128,6 +128,9 @@ struct lg_shared {
    * changed (what was held for it fails, and its doubts stay fenced);
    * -2: could not tell (what was held for it fails). */
   int (*validate) (void *opaque, struct lg_session *s, int lun);
+  /* The LUNs (at most cap, in luns) that validate checks after every
+   * login, whether or not anything was held for them; may be NULL. */
+  unsigned (*always) (void *opaque, int *luns, unsigned cap);
   void *opaque;
 };
 

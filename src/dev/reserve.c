@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One writer per LUN: the reservation a device holds (reserve.h). */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dev/dev.h"
+#include "dev/reserve.h"
+#include "util/log.h"
+
+enum mode {
+  MODE_NONE,     /* not claimed (read-only, or not yet) */
+  MODE_CLAIMING, /* registering: a new login registers too */
+  MODE_HELD,
+  MODE_SHARED, /* --shared: no reservation of ours */
+  MODE_NO_PR,  /* the LUN has no persistent reservations */
+};
+
+struct lg_reserve {
+  struct lg_pool *p;
+  int lun;
+  char name[300];
+  uint64_t key;
+  _Atomic int mode;
+  atomic_bool lost;
+  /* A login's check could not finish: that session may not be
+   * registered.  The next write registers every session first. */
+  atomic_bool unsure;
+  pthread_mutex_t redo; /* one such registration at a time */
+  pthread_mutex_t lock; /* msg, named */
+  bool named;           /* the holder after the loss was asked for */
+  char msg[512];
+};
+
+static int
+pool_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+           size_t len)
+{
+  return lg_pool_task (opaque, lun, task, msg, len);
+}
+
+static int
+session_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+              size_t len)
+{
+  return lg_session_task_now (opaque, lun, task, NULL, 0, msg, len);
+}
+
+struct lg_reserve *
+lg_reserve_new (struct lg_pool *p, int lun, const char *name)
+{
+  struct lg_reserve *r = calloc (1, sizeof *r);
+
+  if (r == NULL)
+    return NULL;
+  r->p = p;
+  r->lun = lun;
+  snprintf (r->name, sizeof r->name, "%s", name);
+  r->key = lg_pr_my_key ();
+  atomic_init (&r->mode, MODE_NONE);
+  atomic_init (&r->lost, false);
+  atomic_init (&r->unsure, false);
+  pthread_mutex_init (&r->lock, NULL);
+  pthread_mutex_init (&r->redo, NULL);
+  return r;
+}
+
+int
+lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st,
+                 char *err, size_t errlen)
+{
+  struct lg_lun_io io = { pool_task, p, lg_pool_target (p) };
+  char msg[256];
+
+  if (lg_pr_read (&io, lun, st, msg, sizeof msg) < 0) {
+    int e = errno;
+
+    snprintf (err, errlen, "%s/%d: reading its reservation: %s",
+              lg_pool_target (p), lun, msg);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+/* Registers the key on every session of the pool that is up; one that
+ * is down registers after its next login (the LUN is pinned first:
+ * lg_reserve_after_login).  -1 when none could, or the target refused. */
+static int
+register_all (struct lg_reserve *r, char *msg, size_t len)
+{
+  unsigned done = 0;
+
+  for (unsigned i = 0; i < lg_pool_size (r->p); i++) {
+    struct lg_lun_io io
+        = { session_task, lg_pool_session (r->p, i), lg_pool_target (r->p) };
+
+    if (lg_pr_register (&io, r->lun, r->key, msg, len) == 0)
+      done++;
+    else if (errno == EPERM)
+      return -1;
+    else
+      lg_debug ("%s: session %u registers after its next login: %s",
+                r->name, i, msg);
+  }
+  return done > 0 ? 0 : -1;
+}
+
+static void
+unregister_all (struct lg_reserve *r)
+{
+  char msg[256];
+
+  for (unsigned i = 0; i < lg_pool_size (r->p); i++) {
+    struct lg_lun_io io
+        = { session_task, lg_pool_session (r->p, i), lg_pool_target (r->p) };
+
+    if (lg_pr_unregister (&io, r->lun, r->key, msg, sizeof msg) < 0)
+      lg_debug ("%s: unregistering: %s", r->name, msg);
+  }
+}
+
+static int
+in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
+        size_t errlen)
+{
+  char who[160];
+
+  lg_pr_describe_key (st->holder, who, sizeof who);
+  snprintf (err, errlen,
+            "%s: in use by %s (reservation key 0x%016" PRIx64
+            ", %s); open it read-only (-r, -o ro), or take it over with "
+            "--takeover if that gateway is gone",
+            r->name, who, st->holder, lg_pr_type_name (st->type));
+  errno = EBUSY;
+  return -1;
+}
+
+/* Takes the reservation from st->holder: registered first, then PREEMPT,
+ * which removes every registration of the holder's key. */
+static int
+take_over (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
+           size_t errlen)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  char msg[256], who[160];
+
+  lg_pr_describe_key (st->holder, who, sizeof who);
+  if (register_all (r, msg, sizeof msg) < 0
+      || lg_pr_preempt (&io, r->lun, r->key, st->holder, msg, sizeof msg)
+             < 0) {
+    int e = errno;
+
+    snprintf (err, errlen, "%s: taking it over from %s: %s", r->name, who,
+              msg);
+    errno = e == EPERM ? EBUSY : e;
+    return -1;
+  }
+  lg_warn ("%s: took it over from %s (reservation key 0x%016" PRIx64 ")",
+           r->name, who, st->holder);
+  return 1;
+}
+
+/* Nobody holds it: registers and reserves; whoever reserves first wins. */
+static int
+reserve (struct lg_reserve *r, char *err, size_t errlen)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  struct lg_pr_state st;
+  char msg[256];
+
+  if (register_all (r, msg, sizeof msg) == 0
+      && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0)
+    return 0;
+  if (errno == EPERM && lg_reserve_read (r->p, r->lun, &st, err, errlen) == 0
+      && st.reserved && st.holder != r->key) {
+    unregister_all (r);
+    return in_use (r, &st, err, errlen);
+  }
+  snprintf (err, errlen, "%s: reserving it: %s", r->name, msg);
+  errno = EIO;
+  unregister_all (r);
+  return -1;
+}
+
+/* A gateway that is closing releases the LUN within moments (an unmount
+ * returns before its process has): wait a little for that before a
+ * refusal.  0 when st changed (read again), 1 when still held. */
+#define HOLDER_WAIT_MS 3000
+static int
+wait_for_holder (struct lg_reserve *r, struct lg_pr_state *st, char *err,
+                 size_t errlen)
+{
+  uint64_t holder = st->holder;
+
+  for (int waited = 0; waited < HOLDER_WAIT_MS; waited += 100) {
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+    nanosleep (&ts, NULL);
+    if (lg_reserve_read (r->p, r->lun, st, err, errlen) < 0)
+      return -1;
+    if (!st->reserved || st->holder != holder)
+      return 0;
+  }
+  return 1;
+}
+
+static int
+claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
+            char *err, size_t errlen)
+{
+  int w;
+
+  if (!st->reserved)
+    return reserve (r, err, errlen);
+  if (st->holder == r->key) /* ours already (another device, one LUN) */
+    return register_all (r, err, errlen);
+  if (flags & LG_CLAIM_TAKEOVER)
+    return take_over (r, st, err, errlen);
+  if ((w = wait_for_holder (r, st, err, errlen)) == 0)
+    return claim_held (r, st, flags, err, errlen);
+  return w < 0 ? -1 : in_use (r, st, err, errlen);
+}
+
+int
+lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr,
+                  char *err, size_t errlen)
+{
+  struct lg_pr_state st;
+  int ret;
+
+  *no_pr = false;
+  if (atomic_load (&r->mode) != MODE_NONE)
+    return 0;
+  if (lg_reserve_read (r->p, r->lun, &st, err, errlen) < 0)
+    return -1;
+  /* LUNGATE_TEST_IGNORE_PR: behave as on a target without persistent
+   * reservations (test-header-race runs several writers so); never for
+   * use. */
+  if (getenv ("LUNGATE_TEST_IGNORE_PR"))
+    st.supported = false;
+  if (!st.supported) {
+    lg_debug ("%s: no persistent reservations: nothing keeps a second "
+              "writer out",
+              r->name);
+    atomic_store (&r->mode, MODE_NO_PR);
+    *no_pr = true;
+    return 0;
+  }
+  if (flags & LG_CLAIM_SHARED) {
+    if (st.reserved && st.holder != 0)
+      return in_use (r, &st, err, errlen);
+    atomic_store (&r->mode, MODE_SHARED);
+    return 0;
+  }
+  atomic_store (&r->mode, MODE_CLAIMING);
+  if ((ret = claim_held (r, &st, flags, err, errlen)) < 0) {
+    atomic_store (&r->mode, MODE_NONE);
+    return -1;
+  }
+  atomic_store (&r->mode, MODE_HELD);
+  lg_debug ("%s: reserved (key 0x%016" PRIx64 ")", r->name, r->key);
+  return ret;
+}
+
+static void
+set_lost (struct lg_reserve *r, const char *why)
+{
+  pthread_mutex_lock (&r->lock);
+  if (!atomic_load (&r->lost)) {
+    snprintf (r->msg, sizeof r->msg,
+              "%s: lost its reservation (%s): writes fail from now on, "
+              "reads go on",
+              r->name, why);
+    lg_error ("%s", r->msg);
+    atomic_store (&r->lost, true);
+  }
+  pthread_mutex_unlock (&r->lock);
+}
+
+void
+lg_reserve_conflict (struct lg_reserve *r)
+{
+  int m = atomic_load (&r->mode);
+
+  if (m == MODE_HELD || m == MODE_CLAIMING)
+    set_lost (r, "a write met RESERVATION CONFLICT");
+}
+
+/* The target forgot every reservation (restarted): reserve again. */
+static int
+reserve_again (struct lg_reserve *r, const struct lg_lun_io *io)
+{
+  char msg[256];
+  struct lg_pr_state st;
+
+  if (lg_pr_register (io, r->lun, r->key, msg, sizeof msg) < 0
+      || lg_pr_reserve (io, r->lun, r->key, msg, sizeof msg) < 0) {
+    int e = errno;
+    char why[256];
+
+    /* Another session of ours, logging in at the same time, won. */
+    if (e == EPERM && lg_pr_read (io, r->lun, &st, why, sizeof why) == 0
+        && st.reserved && st.holder == r->key)
+      return 0;
+    if (e == EPERM) {
+      set_lost (r, "someone else reserved the LUN when the target had "
+                   "forgotten ours");
+      return 0;
+    }
+    lg_warn ("%s: reserving it again after the login: %s", r->name, msg);
+    return -2;
+  }
+  lg_warn ("%s: the target had forgotten the reservation (restarted?): "
+           "reserved it again",
+           r->name);
+  return 0;
+}
+
+static int after_login (struct lg_reserve *r, struct lg_session *s);
+
+int
+lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s)
+{
+  int ret = after_login (r, s);
+
+  if (ret < 0)
+    lg_reserve_unsure (r);
+  return ret;
+}
+
+void
+lg_reserve_unsure (struct lg_reserve *r)
+{
+  int m = atomic_load (&r->mode);
+
+  if (m == MODE_HELD || m == MODE_CLAIMING)
+    atomic_store (&r->unsure, true);
+}
+
+/* A write after a login whose check did not finish: register every
+ * session again, reserving first if the target forgot the reservation. */
+static void
+redo (struct lg_reserve *r)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  struct lg_pr_state st;
+  char err[256], msg[256];
+
+  pthread_mutex_lock (&r->redo);
+  if (!atomic_exchange (&r->unsure, false) || atomic_load (&r->lost))
+    goto out;
+  if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0) {
+    lg_warn ("%s", err);
+    atomic_store (&r->unsure, true);
+    goto out;
+  }
+  if (st.reserved && st.holder != r->key) {
+    lg_pr_describe (&st, msg, sizeof msg);
+    snprintf (err, sizeof err, "now %s", msg);
+    set_lost (r, err);
+  }
+  else if (register_all (r, msg, sizeof msg) < 0
+           || (!st.reserved
+               && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) < 0)) {
+    if (errno == EPERM)
+      set_lost (r, "someone else reserved the LUN during a reconnection");
+    else {
+      lg_warn ("%s: registering again: %s", r->name, msg);
+      atomic_store (&r->unsure, true);
+    }
+  }
+out:
+  pthread_mutex_unlock (&r->redo);
+}
+
+static int
+after_login (struct lg_reserve *r, struct lg_session *s)
+{
+  struct lg_lun_io io = { session_task, s, lg_pool_target (r->p) };
+  struct lg_pr_state st;
+  char msg[256], why[256];
+  int m = atomic_load (&r->mode);
+
+  if ((m != MODE_HELD && m != MODE_CLAIMING) || atomic_load (&r->lost))
+    return 0;
+  if (lg_pr_read (&io, r->lun, &st, msg, sizeof msg) < 0) {
+    lg_warn ("%s: checking the reservation after the login: %s", r->name,
+             msg);
+    return -2;
+  }
+  if (!st.supported) {
+    set_lost (r, "the LUN no longer reports persistent reservations");
+    return 0;
+  }
+  if (!st.reserved && m == MODE_HELD)
+    return reserve_again (r, &io);
+  if (!st.reserved || st.holder == r->key) {
+    if (lg_pr_register (&io, r->lun, r->key, msg, sizeof msg) < 0) {
+      lg_warn ("%s: registering again after the login: %s", r->name, msg);
+      return -2;
+    }
+    return 0;
+  }
+  lg_pr_describe (&st, msg, sizeof msg);
+  snprintf (why, sizeof why, "now %s", msg);
+  set_lost (r, why);
+  return 0;
+}
+
+bool
+lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len)
+{
+  struct lg_pr_state st;
+  char err[256], who[320];
+  bool ask;
+
+  if (atomic_load (&r->unsure))
+    redo (r);
+  if (!atomic_load (&r->lost))
+    return false;
+  pthread_mutex_lock (&r->lock);
+  ask = !r->named;
+  r->named = true;
+  pthread_mutex_unlock (&r->lock);
+  if (ask && lg_reserve_read (r->p, r->lun, &st, err, sizeof err) == 0) {
+    lg_pr_describe (&st, who, sizeof who);
+    lg_error ("%s: held now: %s", r->name, who);
+  }
+  pthread_mutex_lock (&r->lock);
+  snprintf (msg, len, "%s", r->msg);
+  pthread_mutex_unlock (&r->lock);
+  return true;
+}
+
+void
+lg_reserve_free (struct lg_reserve *r)
+{
+  struct lg_lun_io io;
+  char msg[256];
+
+  if (r == NULL)
+    return;
+  io = (struct lg_lun_io){ pool_task, r->p, lg_pool_target (r->p) };
+  /* CLEAR also drops the registrations of nexuses the target kept from
+   * before a reconnection. */
+  if (atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost)
+      && lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) < 0)
+    lg_warn ("%s: releasing the reservation: %s", r->name, msg);
+  pthread_mutex_destroy (&r->lock);
+  pthread_mutex_destroy (&r->redo);
+  free (r);
+}

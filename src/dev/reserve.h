@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Write access to one LUN of a pool, held with a persistent reservation
+ * (iscsi/pr.h says which) for as long as the device is open.
+ *
+ * lg_reserve_claim registers this process's key on every session of the
+ * pool and reserves the LUN, or refuses (EBUSY) with a message naming the
+ * holder; with LG_CLAIM_TAKEOVER it preempts the holder instead.  After
+ * every later login of a session (the pool pins the LUN, so that the
+ * device's login check runs), lg_reserve_after_login registers the new
+ * nexus again; when the target forgot every reservation (a restart) the
+ * LUN is reserved again first.  When someone else holds it then, or a
+ * write met RESERVATION CONFLICT, the reservation is lost for good:
+ * lg_reserve_refuses says so to every later write (EPERM), reads go on.
+ *
+ * Threads: claim and release on the opener's thread; after_login on a
+ * session's check thread; conflict on a completing loop thread (it only
+ * sets a flag); refuses on any requesting thread.
+ */
+#ifndef LG_DEV_RESERVE_H
+#define LG_DEV_RESERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "iscsi/pool.h"
+#include "iscsi/pr.h"
+
+struct lg_reserve;
+
+struct lg_reserve *lg_reserve_new (struct lg_pool *p, int lun,
+                                   const char *name);
+/* Releases what is held (RELEASE and unregister, by CLEAR) and frees. */
+void lg_reserve_free (struct lg_reserve *r);
+
+/* flags: LG_CLAIM_TAKEOVER, LG_CLAIM_SHARED (dev.h).  0 when the process
+ * may write (held; or shared and nobody holds it; or the LUN has no
+ * persistent reservations, *no_pr then set); 1 when held after
+ * preempting another holder; -1 with errno (EBUSY: in use; EIO) and a
+ * sentence in err.  A holder that goes away within a few seconds (a
+ * gateway closing) is waited for. */
+int lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr,
+                      char *err, size_t errlen);
+
+/* After a login of s: 0, or -2 when the reservation could not be checked
+ * (what s held for the LUN fails). */
+int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s);
+
+/* A login's check of the LUN could not finish: before the next write,
+ * every session registers again (lg_reserve_refuses does). */
+void lg_reserve_unsure (struct lg_reserve *r);
+
+/* A write came back with RESERVATION CONFLICT. */
+void lg_reserve_conflict (struct lg_reserve *r);
+
+/* Whether writes must fail (the reservation is lost): then msg says why,
+ * naming the holder now (asked once, on the calling thread). */
+bool lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len);
+
+/* Who holds the LUN, for lungate info: 0 and st filled, or -1. */
+int lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st,
+                     char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Persistent reservations: the key, the replies, the commands (pr.h).
+ * Replies are parsed here, bounded by what arrived, not by libiscsi's
+ * unmarshaller (which trusts the lengths the target sends). */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "iscsi/pr.h"
+#include "util/fmt.h"
+
+#define KEY_MAGIC 0x4cull
+#define EPOCH_2020_MS 1577836800000ull
+#define MS_BITS 40
+
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static uint64_t my_key;
+static char my_host[256];
+
+static uint16_t
+host_hash (const char *host)
+{
+  uint8_t h[crypto_generichash_BYTES_MIN];
+
+  crypto_generichash (h, sizeof h, (const uint8_t *) host, strlen (host), NULL,
+                      0);
+  return (uint16_t) (h[0] << 8 | h[1]);
+}
+
+static void
+make_key (void)
+{
+  struct timespec ts;
+  uint64_t ms;
+
+  if (gethostname (my_host, sizeof my_host - 1) != 0 || my_host[0] == '\0')
+    snprintf (my_host, sizeof my_host, "localhost");
+  clock_gettime (CLOCK_REALTIME, &ts);
+  ms = (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+  ms = ms > EPOCH_2020_MS ? ms - EPOCH_2020_MS : 1;
+  my_key = KEY_MAGIC << 56 | (uint64_t) host_hash (my_host) << MS_BITS
+           | (ms & ((1ull << MS_BITS) - 1));
+}
+
+uint64_t
+lg_pr_my_key (void)
+{
+  pthread_once (&key_once, make_key);
+  return my_key;
+}
+
+static uint32_t
+be32 (const uint8_t *p)
+{
+  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
+         | p[3];
+}
+
+static uint64_t
+be64 (const uint8_t *p)
+{
+  return (uint64_t) be32 (p) << 32 | be32 (p + 4);
+}
+
+int
+lg_pr_parse_reservation (const uint8_t *d, size_t n, struct lg_pr_state *st)
+{
+  uint32_t add;
+
+  if (n < 8)
+    return -1;
+  st->generation = be32 (d);
+  add = be32 (d + 4);
+  st->reserved = false;
+  st->holder = 0;
+  st->type = 0;
+  if (add == 0)
+    return 0;
+  if (add < 16 || n < 24)
+    return -1;
+  st->reserved = true;
+  st->holder = be64 (d + 8);
+  st->type = d[21] & 0x0f;
+  return 0;
+}
+
+int
+lg_pr_parse_keys (const uint8_t *d, size_t n, struct lg_pr_state *st)
+{
+  uint32_t add;
+
+  if (n < 8)
+    return -1;
+  add = be32 (d + 4);
+  if (add % 8)
+    return -1;
+  st->nkeys = 0;
+  for (size_t off = 8; off + 8 <= n && off - 8 < add; off += 8)
+    if (st->nkeys < LG_PR_MAX_KEYS)
+      st->keys[st->nkeys++] = be64 (d + off);
+  return 0;
+}
+
+void
+lg_pr_describe_key (uint64_t key, char *buf, size_t len)
+{
+  uint64_t ms = (key & ((1ull << MS_BITS) - 1)) + EPOCH_2020_MS;
+  time_t t = (time_t) (ms / 1000);
+  struct tm tm;
+  char when[40] = "an unknown time";
+
+  lg_pr_my_key ();
+  if (key >> 56 != KEY_MAGIC) {
+    snprintf (buf, len, "an initiator other than lungate");
+    return;
+  }
+  if (gmtime_r (&t, &tm))
+    strftime (when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+  if ((uint16_t) (key >> MS_BITS) == host_hash (my_host))
+    snprintf (buf, len, "a gateway on this host (%s) since %s", my_host, when);
+  else
+    snprintf (buf, len, "a gateway on another host since %s", when);
+}
+
+const char *
+lg_pr_type_name (int type)
+{
+  switch (type) {
+  case 1:
+    return "Write Exclusive";
+  case 3:
+    return "Exclusive Access";
+  case 5:
+    return "Write Exclusive, Registrants Only";
+  case 6:
+    return "Exclusive Access, Registrants Only";
+  case 7:
+    return "Write Exclusive, All Registrants";
+  case 8:
+    return "Exclusive Access, All Registrants";
+  default:
+    return "unknown type";
+  }
+}
+
+void
+lg_pr_describe (const struct lg_pr_state *st, char *buf, size_t len)
+{
+  char who[128];
+  size_t o;
+
+  if (!st->supported) {
+    snprintf (buf, len, "no persistent reservations on this LUN");
+    return;
+  }
+  if (!st->reserved)
+    o = (size_t) snprintf (buf, len, "not reserved");
+  else if (st->holder == 0)
+    o = (size_t) snprintf (buf, len, "%s", lg_pr_type_name (st->type));
+  else {
+    lg_pr_describe_key (st->holder, who, sizeof who);
+    o = (size_t) snprintf (buf, len, "%s by %s (reservation key 0x%016" PRIx64
+                           ")", lg_pr_type_name (st->type), who, st->holder);
+  }
+  for (unsigned i = 0; i < st->nkeys && o < len; i++) {
+    bool dup = false;
+
+    for (unsigned j = 0; j < i; j++)
+      dup |= st->keys[j] == st->keys[i];
+    if (!dup)
+      o += (size_t) snprintf (buf + o, len - o, "%s0x%016" PRIx64,
+                              o && i == 0 ? "; registered: " : ", ",
+                              st->keys[i]);
+  }
+}
+
+/* One PERSISTENT RESERVE IN: the data that came, in buf (at most cap). */
+static int
+pr_in (const struct lg_lun_io *io, int lun, int sa, uint8_t *buf, size_t cap,
+       size_t *got, char *msg, size_t len)
+{
+  struct scsi_task *task = scsi_cdb_persistent_reserve_in (sa, (uint16_t) cap);
+  int r;
+
+  if (task == NULL) {
+    snprintf (msg, len, "out of memory");
+    errno = ENOMEM;
+    return -1;
+  }
+  r = io->task (io->opaque, lun, task, msg, len);
+  if (r == 0) {
+    size_t n = task->datain.size > 0 ? (size_t) task->datain.size : 0;
+
+    *got = n < cap ? n : cap;
+    memcpy (buf, task->datain.data, *got);
+  }
+  scsi_free_scsi_task (task);
+  return r;
+}
+
+int
+lg_pr_read (const struct lg_lun_io *io, int lun, struct lg_pr_state *st,
+            char *msg, size_t len)
+{
+  uint8_t buf[8 + 8 * LG_PR_MAX_KEYS];
+  size_t got = 0;
+
+  memset (st, 0, sizeof *st);
+  if (pr_in (io, lun, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, buf, 24, &got,
+             msg, len)
+      < 0) {
+    /* A LUN without persistent reservations refuses the command. */
+    if (errno == ENOTSUP || errno == EINVAL)
+      return 0;
+    return -1;
+  }
+  if (lg_pr_parse_reservation (buf, got, st) < 0)
+    goto malformed;
+  if (pr_in (io, lun, SCSI_PERSISTENT_RESERVE_READ_KEYS, buf, sizeof buf, &got,
+             msg, len)
+      < 0)
+    return -1;
+  if (lg_pr_parse_keys (buf, got, st) < 0)
+    goto malformed;
+  st->supported = true;
+  return 0;
+malformed:
+  snprintf (msg, len, "malformed PERSISTENT RESERVE IN reply");
+  errno = EIO;
+  return -1;
+}
+
+static int
+pr_out (const struct lg_lun_io *io, int lun, int sa, int type, uint64_t key,
+        uint64_t sa_key, char *msg, size_t len)
+{
+  struct scsi_persistent_reserve_out_basic b;
+  struct scsi_task *task;
+  int r;
+
+  memset (&b, 0, sizeof b);
+  b.reservation_key = key;
+  b.service_action_reservation_key = sa_key;
+  task = scsi_cdb_persistent_reserve_out (sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU,
+                                          type, &b);
+  if (task == NULL) {
+    snprintf (msg, len, "out of memory");
+    errno = ENOMEM;
+    return -1;
+  }
+  r = io->task (io->opaque, lun, task, msg, len);
+  scsi_free_scsi_task (task);
+  return r;
+}
+
+int
+lg_pr_register (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+                size_t len)
+{
+  return pr_out (io, lun,
+                 SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0,
+                 0, key, msg, len);
+}
+
+int
+lg_pr_unregister (const struct lg_lun_io *io, int lun, uint64_t key,
+                  char *msg, size_t len)
+{
+  return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_REGISTER, 0, key, 0, msg,
+                 len);
+}
+
+int
+lg_pr_reserve (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+               size_t len)
+{
+  return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_RESERVE, LG_PR_TYPE, key, 0,
+                 msg, len);
+}
+
+int
+lg_pr_preempt (const struct lg_lun_io *io, int lun, uint64_t key,
+               uint64_t victim, char *msg, size_t len)
+{
+  return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_PREEMPT, LG_PR_TYPE, key,
+                 victim, msg, len);
+}
+
+int
+lg_pr_clear (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+             size_t len)
+{
+  return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_CLEAR, 0, key, 0, msg, len);
+}
+
+void
+lg_pr_print_json (FILE *f, const struct lg_pr_state *st)
+{
+  char who[160];
+
+  if (!st->supported) {
+    fprintf (f, "\"unsupported\"");
+    return;
+  }
+  fprintf (f, "{\"type\": ");
+  if (st->reserved)
+    lg_json_string (f, lg_pr_type_name (st->type));
+  else
+    fprintf (f, "null");
+  if (st->reserved && st->holder) {
+    lg_pr_describe_key (st->holder, who, sizeof who);
+    fprintf (f, ", \"holder\": \"0x%016" PRIx64 "\", \"holder_is\": ",
+             st->holder);
+    lg_json_string (f, who);
+  }
+  else
+    fprintf (f, ", \"holder\": null");
+  fprintf (f, ", \"keys\": [");
+  for (unsigned i = 0; i < st->nkeys; i++)
+    fprintf (f, "%s\"0x%016" PRIx64 "\"", i ? ", " : "", st->keys[i]);
+  fprintf (f, "]}");
+}

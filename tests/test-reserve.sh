@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# One writer per LUN (issue 14), against tgt's persistent reservations:
+# a second gateway on an encrypted LUN is refused before it writes and
+# the first goes on; -r beside a writer; key add and verify --repair
+# refused while a gateway holds the volume; --takeover after kill -9 of
+# the holder; a preempted gateway fails writes with EPERM and loses
+# nothing acknowledged; a target restart under a held reservation;
+# shared=true on a plain LUN, and refused on an encrypted one.
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+tgt_start
+t=iqn.2026-11.org.lungate:reserve
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_add_lun 1 2 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+plain="iscsi://$TGT_PORTAL/$t/2"
+key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
+"$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format"
+
+# gw NAME PARAMS...: a gateway in the background on $TGT_DIR/NAME.sock.
+gw ()
+{
+  local n=$1 s=$TGT_DIR/$1.sock
+  shift
+  rm -f "$s"
+  "${NBDKIT[@]}" -f -U "$s" "$LUNGATE_PLUGIN" "$@" 2>>"$TGT_DIR/$n.log" &
+  eval "pid_$n=$!"
+  on_exit kill -9 "$!"
+  for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
+  fail "gateway $n did not start"
+}
+# io NAME OP UNIT [BYTE]: through gateway NAME: write (and flush) unit
+# UNIT full of BYTE, or read it and print its first byte; exit 3 on an
+# NBD error, printing its errno.
+io ()
+{
+  env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "$2" "$3" "${4:-0}" <<'PY'
+import nbd, sys
+sock, op, u, b = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+try:
+    h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sock)
+    if op == "write":
+        h.pwrite(bytes([b]) * 4096, u * 4096); h.flush()
+    else:
+        print(h.pread(4096, u * 4096)[0])
+except nbd.Error as e:
+    print("nbd error:", e.errno or e.string, file=sys.stderr)
+    print(e.errno or "error")
+    sys.exit(3)
+PY
+}
+
+# 1. A second gateway on the encrypted LUN is refused; the first goes on.
+gw a "url=$url" "key-file=$key"
+io a write 1 17 >/dev/null || fail "the first gateway cannot write"
+gw b "url=$url" "key-file=$key"
+r=$(io b write 1 99 2>/dev/null) && fail "a second gateway wrote to a held LUN"
+grep -q "in use by a gateway on this host .* since .*(reservation key 0x4c" "$TGT_DIR/b.log" \
+  || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the holder"; }
+grep -q -- "--takeover" "$TGT_DIR/b.log" || fail "the refusal does not say what to do"
+nbd_stop "$pid_b"
+io a write 2 18 >/dev/null || fail "the first gateway was disturbed by the second"
+[ "$(io a read 1)" = 17 ] || fail "unit 1 lost the first gateway's data"
+
+# 2. Read-only beside the writer.
+[ "$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
+  'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, 4096)[0])' '$uri')" = 17 ] \
+  || fail "a read-only gateway beside the writer cannot read"
+"$LUNGATE" verify --key-file "$key" "$url" >/dev/null 2>&1 || true
+
+# 3. The writing commands are refused while the gateway holds the volume.
+head -c 32 /dev/urandom >"$TGT_DIR/k2"
+expect_fail_with "in use by a gateway" "$LUNGATE" key add --key-file "$key" \
+  --new-key-file "$TGT_DIR/k2" "$url"
+expect_fail_with "in use by a gateway" "$LUNGATE" verify --repair --key-file "$key" "$url"
+expect_fail_with "in use by a gateway" "$LUNGATE" format --force --key-file "$key" "$url"
+"$LUNGATE" info "$url" >"$TGT_DIR/info"
+grep -q "^reservation: Write Exclusive, Registrants Only by a gateway on this host" "$TGT_DIR/info" \
+  || { cat "$TGT_DIR/info"; fail "info does not show the holder"; }
+"$LUNGATE" info --json "$url" | grep -q '"reservation": {"type": "Write Exclusive, Registrants Only", "holder": "0x4c' \
+  || fail "info --json does not carry the holder"
+
+# 4. kill -9 of the holder: refused without --takeover, served with it;
+# what was acknowledged is there, and verify is clean after a repair.
+kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null
+gw c "url=$url" "key-file=$key"
+io c write 3 1 >/dev/null 2>&1 && fail "a dead holder's LUN was opened without --takeover"
+nbd_stop "$pid_c"
+gw d "url=$url" "key-file=$key" takeover=true
+[ "$(io d read 1)" = 17 ] && [ "$(io d read 2)" = 18 ] || fail "acknowledged data lost at the takeover"
+io d write 3 19 >/dev/null || fail "the gateway that took over cannot write"
+grep -q "took it over from a gateway on this host" "$TGT_DIR/d.log" \
+  || { cat "$TGT_DIR/d.log"; fail "the takeover does not say whom it preempted"; }
+
+# 5. Preempted while it runs: writes fail with EPERM, reads go on, and
+# what it acknowledged is there.
+gw e "url=$url" "key-file=$key" takeover=true
+[ "$(io e read 3)" = 19 ] || fail "the preempting gateway lost unit 3"
+r=$(io d write 4 20 2>/dev/null) && fail "a preempted gateway still writes"
+[ "$r" = EPERM ] || fail "a preempted gateway's write failed with $r, not EPERM"
+grep -q "lost its reservation" "$TGT_DIR/d.log" || fail "the preempted gateway does not say it lost the LUN"
+# The next write is refused without going out, naming who holds it now.
+r=$(io d write 4 20 2>/dev/null) && fail "a preempted gateway wrote the second time"
+[ "$r" = EPERM ] || fail "a preempted gateway's second write failed with $r, not EPERM"
+grep -q "held now: .*reservation key 0x4c" "$TGT_DIR/d.log" \
+  || { cat "$TGT_DIR/d.log"; fail "the preempted gateway does not name the holder now"; }
+[ "$(io d read 3)" = 19 ] || fail "a preempted gateway cannot read"
+io e write 4 21 >/dev/null || fail "the new holder cannot write"
+nbd_stop "$pid_d"
+
+# 6. The target restarts and forgets every reservation: the holder takes
+# it again before it writes, and a second gateway is still refused.
+tgt_restart
+io e write 5 22 >/dev/null || { grep -v "stats (exit)" "$TGT_DIR/e.log"; fail "the holder cannot write after the target restarted"; }
+grep -q "reserved it again" "$TGT_DIR/e.log" || { cat "$TGT_DIR/e.log"; fail "the holder did not reserve again"; }
+gw f "url=$url" "key-file=$key"
+io f write 6 1 >/dev/null 2>&1 && fail "a second gateway wrote after the target restarted"
+nbd_stop "$pid_f"
+nbd_stop "$pid_e"
+for u in 1:17 2:18 3:19 4:21 5:22; do
+  [ "$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
+    "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, ${u%:*} * 4096)[0])" '$uri')" = "${u#*:}" ] \
+    || fail "unit ${u%:*} does not hold ${u#*:}"
+done
+"$LUNGATE" verify --repair --key-file "$key" "$url" >/dev/null || fail "verify --repair"
+"$LUNGATE" verify --key-file "$key" "$url" >/dev/null || fail "verify after the repair is not clean"
+"$LUNGATE" info "$url" | grep -q "^reservation: not reserved" || fail "the reservation was not released"
+
+# 7. shared=true: two writers on a plain LUN; refused for a volume.
+gw s1 "url=$plain" shared=true
+gw s2 "url=$plain" shared=true
+io s1 write 1 5 >/dev/null && io s2 write 2 6 >/dev/null || fail "shared gateways cannot both write"
+[ "$(io s1 read 2)" = 6 ] || fail "a shared gateway does not see the other's write"
+nbd_stop "$pid_s1"; nbd_stop "$pid_s2"
+gw s3 "url=$url" "key-file=$key" shared=true
+io s3 write 1 1 >/dev/null 2>&1 && fail "shared=true wrote to a lungate volume"
+grep -q "cannot be shared: it has one writer" "$TGT_DIR/s3.log" || { cat "$TGT_DIR/s3.log"; fail "no reason for refusing shared=true"; }
+nbd_stop "$pid_s3"
+echo "test-reserve: ok"
