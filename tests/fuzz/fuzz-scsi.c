@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* libFuzzer harness for what a target says in reply to the commands that
  * describe a LUN: REPORT LUNS, INQUIRY (standard and VPD 0x00, 0x80, 0x83,
- * 0xB0, 0xB2), READ CAPACITY(16), MODE SENSE(6), and GET LBA STATUS.  Each
+ * 0xB0, 0xB2), READ CAPACITY(16), MODE SENSE(6), GET LBA STATUS and
+ * PERSISTENT RESERVE IN (READ RESERVATION, READ KEYS).  Each
  * command gets the next reply from the input (a status byte, a 16-bit
  * length, that many data-in bytes); libiscsi unmarshalls it as it does for
  * a real target and lungate's probe and extent code take it from there.
  * Never a crash, and what comes out holds: a disk's block size is a power
  * of two from 512 to 65536 and its size does not overflow, names are
  * printable (the serial and the designator's name too), the designators
- * kept fit their bound, extents run in order inside the range asked for. */
+ * kept fit their bound, extents run in order inside the range asked for,
+ * the registered keys kept fit theirs and their description is
+ * printable. */
 #include <config.h>
 
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "iscsi/lun.h"
+#include "iscsi/pr.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
@@ -123,6 +127,24 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       if (luns[i] < 0 || luns[i] > 0x3fff)
         abort ();
   free (luns);
+
+  {
+    struct lg_pr_state st;
+    char line[2048];
+    FILE *f;
+
+    if (lg_pr_read (&io, 1, &st, err, sizeof err) == 0) {
+      if (st.nkeys > LG_PR_MAX_KEYS || st.type < 0 || st.type > 15
+          || (!st.supported && (st.reserved || st.nkeys)))
+        abort ();
+      lg_pr_describe (&st, line, sizeof line);
+      printable (line);
+      if ((f = fopen ("/dev/null", "w")) != NULL) {
+        lg_pr_print_json (f, &st);
+        fclose (f);
+      }
+    }
+  }
 
   if (lg_lun_probe_io (&io, 1, &info, err, sizeof err) < 0)
     return 0;

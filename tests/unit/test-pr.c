@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Persistent reservations: the replies are read no further than they
+ * came, the key says who made it, and the descriptions say so. */
+#include <config.h>
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "iscsi/pr.h"
+
+static void
+be32 (uint8_t *p, uint32_t v)
+{
+  p[0] = v >> 24, p[1] = v >> 16, p[2] = v >> 8, p[3] = v;
+}
+
+static void
+be64 (uint8_t *p, uint64_t v)
+{
+  be32 (p, (uint32_t) (v >> 32));
+  be32 (p + 4, (uint32_t) v);
+}
+
+Test (pr, reservation_none_and_held)
+{
+  uint8_t d[24] = { 0 };
+  struct lg_pr_state st;
+
+  be32 (d, 7);
+  cr_assert_eq (lg_pr_parse_reservation (d, 8, &st), 0);
+  cr_assert (!st.reserved);
+  cr_assert_eq (st.generation, 7);
+  be32 (d + 4, 16);
+  be64 (d + 8, 0x4c0102030405060full);
+  d[21] = 0x05;
+  cr_assert_eq (lg_pr_parse_reservation (d, 24, &st), 0);
+  cr_assert (st.reserved);
+  cr_assert_eq (st.holder, 0x4c0102030405060full);
+  cr_assert_eq (st.type, LG_PR_TYPE);
+}
+
+Test (pr, reservation_malformed)
+{
+  uint8_t d[24] = { 0 };
+  struct lg_pr_state st;
+
+  cr_assert_eq (lg_pr_parse_reservation (d, 7, &st), -1);
+  be32 (d + 4, 16);
+  /* Says 16 bytes follow, but 8 came. */
+  cr_assert_eq (lg_pr_parse_reservation (d, 16, &st), -1);
+  be32 (d + 4, 8);
+  cr_assert_eq (lg_pr_parse_reservation (d, 24, &st), -1);
+}
+
+Test (pr, keys_bounded)
+{
+  uint8_t d[8 + 8 * (LG_PR_MAX_KEYS + 4)] = { 0 };
+  struct lg_pr_state st;
+
+  /* A length that claims more than came: only what came is read. */
+  be32 (d + 4, 0x7ffffff8u);
+  for (int i = 0; i < 3; i++)
+    be64 (d + 8 + 8 * i, 100 + i);
+  cr_assert_eq (lg_pr_parse_keys (d, 8 + 8 * 3 + 5, &st), 0);
+  cr_assert_eq (st.nkeys, 3);
+  cr_assert_eq (st.keys[2], 102);
+  /* More keys than kept. */
+  be32 (d + 4, 8 * (LG_PR_MAX_KEYS + 4));
+  cr_assert_eq (lg_pr_parse_keys (d, sizeof d, &st), 0);
+  cr_assert_eq (st.nkeys, LG_PR_MAX_KEYS);
+  be32 (d + 4, 12);
+  cr_assert_eq (lg_pr_parse_keys (d, sizeof d, &st), -1);
+  cr_assert_eq (lg_pr_parse_keys (d, 4, &st), -1);
+}
+
+Test (pr, my_key_names_this_host)
+{
+  uint64_t k = lg_pr_my_key ();
+  char buf[200];
+
+  cr_assert_eq (k >> 56, 0x4c);
+  cr_assert_eq (lg_pr_my_key (), k);
+  lg_pr_describe_key (k, buf, sizeof buf);
+  cr_assert (strstr (buf, "a gateway on this host (") == buf, "%s", buf);
+  cr_assert (strstr (buf, " UTC"), "%s", buf);
+  /* Another host: the hash differs. */
+  lg_pr_describe_key (k ^ (0xffffull << 40), buf, sizeof buf);
+  cr_assert (strstr (buf, "a gateway on another host since 20") == buf, "%s",
+             buf);
+  lg_pr_describe_key (0x1234, buf, sizeof buf);
+  cr_assert_str_eq (buf, "an initiator other than lungate");
+}
+
+Test (pr, describe)
+{
+  struct lg_pr_state st = { 0 };
+  char buf[512];
+
+  lg_pr_describe (&st, buf, sizeof buf);
+  cr_assert_str_eq (buf, "no persistent reservations on this LUN");
+  st.supported = true;
+  st.nkeys = 3;
+  st.keys[0] = 0x10, st.keys[1] = 0x10, st.keys[2] = 0x20;
+  lg_pr_describe (&st, buf, sizeof buf);
+  cr_assert_str_eq (buf, "not reserved; registered: 0x0000000000000010, "
+                         "0x0000000000000020");
+  st.reserved = true;
+  st.type = 5;
+  st.holder = 0x10;
+  lg_pr_describe (&st, buf, sizeof buf);
+  cr_assert (strstr (buf, "Write Exclusive, Registrants Only by an initiator "
+                          "other than lungate (reservation key "
+                          "0x0000000000000010)")
+                 == buf,
+             "%s", buf);
+  /* A small buffer is cut, never overrun. */
+  lg_pr_describe (&st, buf, 20);
+  cr_assert_eq (strlen (buf), 19);
+}
