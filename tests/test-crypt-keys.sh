@@ -48,9 +48,10 @@ expect_fail_with "wrong passphrase" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" "passphrase=+$wrong" --run true
 
 # While a gateway serves the volume, key add is refused (one writer per
-# LUN: test-reserve has the rest).  On a target without persistent
-# reservations (LUNGATE_TEST_IGNORE_PR behaves as there) it goes
-# through, and the key survives the gateway's clean stop (which rewrites
+# LUN: test-reserve has the rest).  Where nothing keeps a second writer
+# out (LUNGATE_TEST_IGNORE_PR: no persistent reservations;
+# LUNGATE_TEST_NO_OWNER: no owner record) it goes through, and the key
+# survives the gateway's clean stop (which rewrites
 # the header to mark the volume clean).
 key2="$TGT_DIR/key2"; head -c 32 /dev/urandom >"$key2"
 nbd_run "url=$url/1" "key-file=$key" -- sh -c \
@@ -58,7 +59,7 @@ nbd_run "url=$url/1" "key-file=$key" -- sh -c \
   sh '$uri' "$LUNGATE" "$key" "$key2" "$url/1" "$TGT_DIR/refused" \
   || { cat "$TGT_DIR/refused"; fail "key add while served was not refused"; }
 # (nbdinfo first: the gateway has opened the volume once it answers.)
-LUNGATE_TEST_IGNORE_PR=1 nbd_run "url=$url/1" "key-file=$key" -- sh -c \
+LUNGATE_TEST_IGNORE_PR=1 LUNGATE_TEST_NO_OWNER=1 nbd_run "url=$url/1" "key-file=$key" -- sh -c \
   'nbdinfo "$1" >/dev/null && "$2" key add --key-file "$3" --new-key-file "$4" "$5"' \
   sh '$uri' "$LUNGATE" "$key" "$key2" "$url/1" \
   || fail "key add while served"

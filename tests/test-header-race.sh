@@ -7,13 +7,14 @@
 # removed is gone, and the volume is clean.  tgt refuses COMPARE AND
 # WRITE, so this is the timed scheme of lungate-format(5); test-hdrupdate
 # has the COMPARE AND WRITE path.  Several writers on one volume happen
-# only where the target has no persistent reservations (test-reserve has
-# tgt's, which refuse the second writer): LUNGATE_TEST_IGNORE_PR makes
-# lungate behave as it does there.
+# only where nothing keeps them out (test-reserve and test-owner refuse
+# the second writer): LUNGATE_TEST_IGNORE_PR makes lungate behave as on
+# a target without persistent reservations, LUNGATE_TEST_NO_OWNER leaves
+# out the owner record that would refuse it there.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
-export LUNGATE_TEST_IGNORE_PR=1
+export LUNGATE_TEST_IGNORE_PR=1 LUNGATE_TEST_NO_OWNER=1
 tgt_start
 t=iqn.2026-11.org.lungate:hdrrace
 tgt_add_target 1 "$t"

@@ -11,6 +11,7 @@
 
 #include "cmd/cmd.h"
 #include "crypt/header.h"
+#include "crypt/owner.h"
 #include "dev/iscsi.h"
 #include "dev/reserve.h"
 #include "iscsi/lun.h"
@@ -143,6 +144,34 @@ print_reservation (struct lg_pool *p, int lun, bool json)
   lg_pr_print_json (stdout, &st);
 }
 
+/* The owner record (crypt/owner.h): who serves the volume where the LUN
+ * has no persistent reservations. */
+static void
+print_owner (struct lg_dev *d, bool json)
+{
+  struct lg_owner_rec r;
+  char who[200];
+
+  if (lg_owner_read (d, &r) < 0)
+    return;
+  if (r.valid)
+    lg_owner_describe (&r, who, sizeof who);
+  if (!json) {
+    printf ("volume-owner: %s\n", r.valid ? who : "none");
+    return;
+  }
+  printf (", \"volume_owner\": ");
+  if (!r.valid) {
+    printf ("null");
+    return;
+  }
+  printf ("{\"host\": ");
+  lg_json_string (stdout, r.host);
+  printf (", \"pid\": %" PRIu32 ", \"since\": %" PRIu64
+          ", \"heartbeat\": %" PRIu64 ", \"key\": \"0x%016" PRIx64 "\"}",
+          r.pid, r.since, r.heartbeat, r.key);
+}
+
 /* The lungate header, if the LUN holds one: never a secret, only what
  * anyone with the LUN can read. */
 static void
@@ -190,6 +219,7 @@ print_volume (struct lg_pool *p, int lun, bool json)
                 h.slots[i].kind == LG_SLOT_PASSPHRASE ? "passphrase"
                                                       : "key-file");
     printf ("]");
+    print_owner (d, true);
   }
   else {
     printf ("lungate-volume: yes\n");
@@ -213,6 +243,7 @@ print_volume (struct lg_pool *p, int lun, bool json)
                 h.slots[i].kind == LG_SLOT_PASSPHRASE ? "passphrase"
                                                       : "key-file");
     printf ("\n");
+    print_owner (d, false);
   }
 out:
   lg_dev_close (d);

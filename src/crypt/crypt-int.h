@@ -104,6 +104,7 @@ struct cdev {
   pthread_mutex_t recheck;
   atomic_uint_fast64_t lower_logins; /* when last checked */
   atomic_bool replaced;
+  struct lg_owner *owner; /* the owner record, where nothing else claims */
 };
 
 static inline struct cdev *

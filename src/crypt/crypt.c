@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "crypt/crypt-int.h"
+#include "crypt/owner.h"
 #include "util/log.h"
 
 /* ---- is the lower device still this volume? ---- */
@@ -288,6 +289,7 @@ cdev_close (struct lg_dev *d)
 
   lg_dev_watch_login (x->lower, NULL, NULL);
   mark_clean (x);
+  lg_owner_release (x->owner);
   if (x->mk)
     sodium_free (x->mk);
   if (x->owns_lower)
@@ -323,6 +325,28 @@ cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
   lg_dev_transport (((const struct cdev *) d)->lower, t);
 }
 
+/* No persistent reservations below: the owner record says who writes.
+ * LUNGATE_TEST_NO_OWNER leaves it out (test-header-race runs several
+ * writers on one volume so); never for use. */
+static int
+claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
+{
+  bool took;
+
+  if (getenv ("LUNGATE_TEST_NO_OWNER"))
+    return 2;
+  x->owner = lg_owner_claim (x->lower, x->dev.name,
+                             (flags & LG_CLAIM_TAKEOVER) != 0, &took, err,
+                             errlen);
+  if (x->owner == NULL)
+    return -1;
+  if (took)
+    lg_warn ("%s: took over the volume from a gateway whose heartbeat had "
+             "stopped",
+             x->dev.name);
+  return took ? 1 : 0;
+}
+
 /* One writer: the lower device's exclusive claim, never a shared one (two
  * gateways' metadata caches would overwrite each other's slots).  After a
  * takeover the volume counts as stopped uncleanly: the holder may have
@@ -342,9 +366,11 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
     errno = EINVAL;
     return -1;
   }
-  if ((r = lg_dev_claim (x->lower, flags, err, errlen)) <= 0
-      || !x->manage_dirty)
-    return r;
+  r = lg_dev_claim (x->lower, flags, err, errlen);
+  if (r == 2 && x->manage_dirty && x->owner == NULL)
+    r = claim_owner (x, flags, err, errlen);
+  if (r <= 0 || r == 2 || !x->manage_dirty)
+    return r < 0 ? -1 : 0;
   pthread_mutex_lock (&x->dirty_lock);
   atomic_store (&x->trust_newer, false);
   atomic_store (&x->clean_at_close, false);

@@ -22,6 +22,7 @@
 #include <sodium.h>
 
 #include "crypt/crypt-int.h"
+#include "crypt/owner.h"
 #include "util/log.h"
 
 /* Everything written so far is stable on return. */
@@ -396,11 +397,17 @@ out:
   return r;
 }
 
-/* Before the first write of the session: the header says dirty. */
+/* Before every write: the owner record is still ours (crypt/owner.h);
+ * before the first write of the session: the header says dirty. */
 int
 lgc_ensure_dirty (struct cdev *x)
 {
   int r = 0;
+
+  if (x->owner && lg_owner_lost (x->owner)) {
+    errno = EPERM;
+    return -1;
+  }
 
   if (!x->manage_dirty || atomic_load (&x->marked))
     return 0;

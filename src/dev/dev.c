@@ -301,7 +301,9 @@ lg_dev_auth_failures (const struct lg_dev *d)
 int
 lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 {
-  if (d->read_only || d->ops->claim == NULL)
+  if (d->read_only)
     return 0;
+  if (d->ops->claim == NULL)
+    return 2;
   return d->ops->claim (d, flags, err, errlen);
 }

@@ -200,8 +200,10 @@ int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
  * is open (dev/reserve.h): before anything is written.  flags:
  * LG_CLAIM_TAKEOVER preempts the holder; LG_CLAIM_SHARED takes no
  * exclusive access (refused where one writer is required: the crypt
- * layer).  0 also for read-only devices and where nothing can be held;
- * 1 when another holder was preempted (LG_CLAIM_TAKEOVER); -1 with errno (EBUSY when another gateway holds it, EINVAL for a shared
+ * layer).  0 when held, and for read-only devices; 1 when held after
+ * preempting another holder (LG_CLAIM_TAKEOVER); 2 when nothing can be
+ * held here (no persistent reservations, or a device without claims:
+ * the crypt layer then keeps an owner record, crypt/owner.h); -1 with errno (EBUSY when another gateway holds it, EINVAL for a shared
  * claim that cannot be) and a sentence in err. */
 int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
 

@@ -1083,7 +1083,7 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
       lg_pool_pin (x->pool, x->lun, false);
     x->pinned = false;
     errno = e;
-    return r;
+    return r < 0 ? -1 : 2;
   }
   return r;
 }

@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "crypt/header.h"
+#include "crypt/owner.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
@@ -87,6 +88,26 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
                         0);
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     check (buf, sizes[i]);
+  /* The same block as an owner record (the checksum sits at the same
+   * place): a valid one has a key and a printable host, and builds back
+   * to the same block. */
+  {
+    struct lg_owner_rec r;
+    uint8_t again[LG_OWNER_SIZE];
+
+    lg_owner_parse (buf, &r);
+    for (const char *p = r.host; *p; p++)
+      if (*p < 0x20 || *p > 0x7e)
+        abort ();
+    if (r.valid) {
+      if (r.key == 0)
+        abort ();
+      lg_owner_build (&r, again);
+      lg_owner_parse (again, &r);
+      if (!r.valid)
+        abort ();
+    }
+  }
   /* The edges: the LUN exactly as large as the header says, and a byte
    * less. */
   for (int i = 7; i >= 0; i--)
