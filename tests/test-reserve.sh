@@ -68,8 +68,11 @@ io a write 2 18 >/dev/null || fail "the first gateway was disturbed by the secon
 
 # 2. Read-only beside the writer.
 [ "$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
-  'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, 4096)[0])' '$uri')" = 17 ] \
-  || fail "a read-only gateway beside the writer cannot read"
+  'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, 4096)[0])' '$uri' \
+  2>"$TGT_DIR/ro.log")" = 17 ] \
+  || { cat "$TGT_DIR/ro.log"; fail "a read-only gateway beside the writer cannot read"; }
+grep -q "read-only beside the writer, a gateway on this host .*may read as EIO" "$TGT_DIR/ro.log" \
+  || { cat "$TGT_DIR/ro.log"; fail "the reader is not told what reading beside a writer means"; }
 "$LUNGATE" verify --key-file "$key" "$url" >/dev/null 2>&1 || true
 
 # 3. The writing commands are refused while the gateway holds the volume.

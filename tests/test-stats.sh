@@ -98,4 +98,8 @@ grep -Eq "$t/1: READ\(16\) LBA 2048\+8: GOOD" "$log" || { cat "$log" >&2; fail "
 grep -Eq "$t/1: WRITE\(16\) LBA 0\+24: GOOD" "$log" || fail "no trace of the first WRITE(16)"
 nbd_stop "$gw"
 grep -q "stats (exit): .* write_ops=23 " "$log" || { cat "$log" >&2; fail "no stats at exit"; }
+# Without -v the exit stats are not printed, and never as an error
+# (issue 15, item 8).
+nbd_run "url=$url" -- true 2>"$TGT_DIR/quiet.log" || fail "nbdkit --run true"
+if grep -q "stats" "$TGT_DIR/quiet.log"; then cat "$TGT_DIR/quiet.log"; fail "stats printed at exit without -v"; fi
 echo "test-stats: ok"

@@ -19,8 +19,28 @@ done
 expect_exit 2 "unknown command 'frobnicate'" "$LUNGATE" frobnicate
 expect_exit 2 "Usage:" "$LUNGATE"
 expect_exit 2 "unknown option|unrecognized option" "$LUNGATE" info --nope iscsi://h/iqn.a:b/1
-expect_exit 2 "expected one LUN URL" "$LUNGATE" info
-expect_exit 2 "expected one portal URL" "$LUNGATE" discover
+expect_exit 2 "expected a LUN URL" "$LUNGATE" info
+expect_exit 2 "expected a portal URL" "$LUNGATE" discover
+# Options anywhere, as GNU tools take them (issue 15, item 1): after the
+# URL they are options, an extra argument is named, and after "--" an
+# option-looking word is an argument.
+for c in info format verify bench; do
+  expect_exit 2 "unexpected argument 'extra'" \
+    "$LUNGATE" $c iscsi://h/iqn.a:b/1 extra
+  expect_fail_with "--connect-timeout: 'abc'" \
+    "$LUNGATE" $c iscsi://h/iqn.a:b/1 --connect-timeout abc
+done
+expect_fail_with "--connect-timeout: 'abc'" \
+  "$LUNGATE" key list iscsi://h/iqn.a:b/1 --connect-timeout abc
+expect_fail_with "--connect-timeout: 'abc'" \
+  "$LUNGATE" key iscsi://h/iqn.a:b/1 --connect-timeout abc list
+expect_exit 2 "unexpected argument 'extra'" "$LUNGATE" key list iscsi://h/iqn.a:b/1 extra
+expect_exit 2 "unexpected argument 'd2'" "$LUNGATE" mount iscsi://h/iqn.a:b/1 d1 d2
+expect_fail_with "--connect-timeout: 'abc'" \
+  "$LUNGATE" mount iscsi://h/iqn.a:b/1 d1 -f --connect-timeout abc
+expect_exit 2 "unexpected argument '--json'" "$LUNGATE" info iscsi://h/iqn.a:b/1 -- --json
+expect_fail_with "--connect-timeout: 'abc'" \
+  "$LUNGATE" discover iscsi://h --json --connect-timeout abc
 expect_fail_with "--header-digest: 'md5'" \
   "$LUNGATE" info --header-digest md5 iscsi://h/iqn.a:b/1
 expect_fail_with "--connect-timeout: 'abc'" \

@@ -32,6 +32,7 @@
 #include "common/glue.h"
 #include "dev/dev.h"
 #include "dev/iscsi.h"
+#include "dev/reserve.h"
 #include "dev/stack.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
@@ -69,6 +70,7 @@ struct export
   struct lg_lun_info info; /* what the LUN is */
   bool crypt;
   bool claimed; /* write access taken (claim_lock) */
+  bool noted;   /* a reader was told of another writer (claim_lock) */
 };
 static struct lg_pool *pool;
 /* takeover= and shared=: how the first writable connection to an export
@@ -86,8 +88,10 @@ struct handle {
 /* nbdkit -D lungate.verbose=1: trace every SCSI command (with nbdkit -v). */
 NBDKIT_DLL_PUBLIC int lungate_debug_verbose = 0;
 
-/* The counters of every export, in the FUSE .stats format: at exit and
- * on SIGUSR1 (a signal handler writes to a pipe; a thread logs). */
+/* The counters of every export, in the FUSE .stats format: on SIGUSR1
+ * (a signal handler writes to a pipe; a thread logs them where nbdkit's
+ * messages go), and at exit on nbdkit's debug channel (nbdkit -v): they
+ * are not errors. */
 static int stats_pipe[2] = { -1, -1 };
 static pthread_t stats_thread;
 static bool stats_thread_running;
@@ -105,7 +109,9 @@ log_stats (const char *why)
     fprintf (f, "stats (%s): export=lun%d lun=%s size=%" PRIu64 " ", why,
              exports[i].info.lun, exports[i].dev->name, exports[i].dev->size);
     lg_dev_stats_print (exports[i].dev, f);
-    if (fclose (f) == 0)
+    if (fclose (f) == 0 && strcmp (why, "exit") == 0)
+      nbdkit_debug ("%s", buf);
+    else if (buf)
       nbdkit_error ("%s", buf);
     free (buf);
   }
@@ -634,6 +640,20 @@ claim (const struct export *ce)
   return r;
 }
 
+/* The first read-only connection to an export another gateway writes:
+ * say what that means. */
+static void
+note_reader (const struct export *ce)
+{
+  struct export *e = (struct export *) ce;
+
+  pthread_mutex_lock (&claim_lock);
+  if (!e->noted && !e->claimed)
+    lg_reserve_note (pool, e->info.lun, e->crypt);
+  e->noted = true;
+  pthread_mutex_unlock (&claim_lock);
+}
+
 static void *
 lungate_open (int readonly)
 {
@@ -650,6 +670,8 @@ lungate_open (int readonly)
   }
   if (!readonly && claim (e) < 0)
     return NULL;
+  if (readonly)
+    note_reader (e);
   h = malloc (sizeof *h);
   if (h == NULL) {
     nbdkit_error ("malloc: %m");

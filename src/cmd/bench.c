@@ -589,7 +589,7 @@ lg_cmd_bench (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, NULL, c, optarg);
 
     if (r < 0)
@@ -690,10 +690,9 @@ lg_cmd_bench (int argc, char **argv)
       goto out;
     }
   }
-  if (argc - optind != 1) {
-    status = lg_usage_error ("bench", "expected one LUN URL");
+  if ((status = lg_cmd_positionals ("bench", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if (nmodes > 1 && !write) {
     status = lg_usage_error ("bench",
                              "--crypt writes a throw-away volume "

@@ -122,6 +122,12 @@ int lg_login_option (struct lg_login *l, int c, const char *arg);
  * the options make sense together.  -1 with the problem reported. */
 int lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l);
 
+/* After getopt (which takes options anywhere, up to "--"): exactly want
+ * arguments remain, else "unexpected argument 'X'" or "expected WHAT" and
+ * LG_EXIT_USAGE.  0 when they do. */
+int lg_cmd_positionals (const char *cmd, int argc, char **argv, int want,
+                        const char *what);
+
 /* Prints "Usage: ..." for a bad invocation and returns LG_EXIT_USAGE. */
 int lg_usage_error (const char *cmd, const char *fmt, ...)
     __attribute__ ((format (printf, 2, 3)));

@@ -99,7 +99,7 @@ lg_cmd_format (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, &keys, c, optarg);
 
     if (r < 0)
@@ -142,10 +142,9 @@ lg_cmd_format (int argc, char **argv)
       goto out;
     }
   }
-  if (argc - optind != 1) {
-    status = lg_usage_error ("format", "expected one LUN URL");
+  if ((status = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if ((keys.keyfile == NULL) == (keys.passphrase == NULL)) {
     status = lg_usage_error ("format",
                              "give one of --key-file and "

@@ -268,7 +268,7 @@ lg_cmd_info (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, NULL, c, optarg);
 
     if (r < 0)
@@ -288,10 +288,9 @@ lg_cmd_info (int argc, char **argv)
       goto out;
     }
   }
-  if (argc - optind != 1) {
-    status = lg_usage_error ("info", "expected one LUN URL");
+  if ((status = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
     goto out;
   if (u.kind != LG_URL_LUN) {

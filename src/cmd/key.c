@@ -94,20 +94,7 @@ lg_cmd_key (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  if (argc < 2 || argv[1][0] == '-') {
-    if (argc >= 2
-        && (strcmp (argv[1], "-h") == 0 || strcmp (argv[1], "--help") == 0)) {
-      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      status = LG_EXIT_OK;
-    }
-    else
-      status = lg_usage_error ("key", "expected list, add or remove");
-    goto out;
-  }
-  verb = argv[1];
-  argv++;
-  argc--;
-  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, &keys, c, optarg);
 
     if (r < 0)
@@ -146,6 +133,11 @@ lg_cmd_key (int argc, char **argv)
       goto out;
     }
   }
+  if (optind >= argc) {
+    status = lg_usage_error ("key", "expected list, add or remove");
+    goto out;
+  }
+  verb = argv[optind++];
   if (strcmp (verb, "list") && strcmp (verb, "add")
       && strcmp (verb, "remove")) {
     status = lg_usage_error ("key",
@@ -154,10 +146,9 @@ lg_cmd_key (int argc, char **argv)
                              verb);
     goto out;
   }
-  if (argc - optind != 1) {
-    status = lg_usage_error ("key", "expected one LUN URL");
+  if ((status = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
     goto out;
   if (u.kind != LG_URL_LUN) {

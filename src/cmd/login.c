@@ -297,3 +297,15 @@ lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
   }
   return d;
 }
+
+int
+lg_cmd_positionals (const char *cmd, int argc, char **argv, int want,
+                    const char *what)
+{
+  if (argc - optind > want)
+    return lg_usage_error (cmd, "unexpected argument '%s'",
+                           argv[optind + want]);
+  if (argc - optind < want)
+    return lg_usage_error (cmd, "expected %s", what);
+  return 0;
+}

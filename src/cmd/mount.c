@@ -17,6 +17,7 @@
 #include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "dev/iscsi.h"
+#include "dev/reserve.h"
 #include "dev/stack.h"
 #include "fuse/fs.h"
 #include "iscsi/lun.h"
@@ -228,6 +229,9 @@ ready (struct lg_fs *fs, void *opaque)
       lg_error ("%s", err);
       return -1;
     }
+    if (m->read_only)
+      lg_reserve_note (m->pools[m->luns[i].target], m->luns[i].lun,
+                       strcmp (d->ops->name, "crypt") == 0);
     if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
       lg_error ("%s", err);
       lg_dev_close (d);
@@ -367,7 +371,7 @@ lg_cmd_mount (int argc, char **argv)
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
   fargv[fargc++] = (char *) "lungate";
-  while ((c = getopt_long (argc, argv, "+fho:", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "fho:", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, &keys, c, optarg);
 
     if (r < 0)
@@ -438,10 +442,9 @@ lg_cmd_mount (int argc, char **argv)
       goto out;
     }
   }
-  if (argc - optind != 2) {
-    status = lg_usage_error ("mount", "expected a URL and a directory");
+  if ((status = lg_cmd_positionals ("mount", argc, argv, 2, "a URL and a directory")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if (allow_other && !default_perms) {
     lg_error ("-o allow_other needs -o default_permissions too: otherwise "
               "every user could write the LUNs");

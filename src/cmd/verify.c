@@ -78,7 +78,7 @@ lg_cmd_verify (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, &keys, c, optarg);
 
     if (r < 0)
@@ -97,10 +97,9 @@ lg_cmd_verify (int argc, char **argv)
       status = lg_usage_error ("verify", "unknown option");
     goto out;
   }
-  if (argc - optind != 1) {
-    status = lg_usage_error ("verify", "expected one LUN URL");
+  if ((status = lg_cmd_positionals ("verify", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  }
+  status = LG_EXIT_FAIL;
   if (keys.keyfile == NULL && keys.passphrase == NULL) {
     status = lg_usage_error ("verify",
                              "give --key-file or "

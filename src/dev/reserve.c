@@ -458,3 +458,20 @@ lg_reserve_free (struct lg_reserve *r)
   pthread_mutex_destroy (&r->redo);
   free (r);
 }
+
+void
+lg_reserve_note (struct lg_pool *p, int lun, bool volume)
+{
+  struct lg_pr_state st;
+  char err[256], who[160];
+
+  if (lg_reserve_read (p, lun, &st, err, sizeof err) < 0 || !st.reserved
+      || st.holder == lg_pr_my_key ())
+    return;
+  lg_pr_describe_key (st.holder, who, sizeof who);
+  lg_warn ("%s/%d: read-only beside the writer, %s: %s", lg_pool_target (p),
+           lun, who,
+           volume ? "a unit it rewrites at the moment it is read may read as "
+                    "EIO (read it again)"
+                  : "what it writes changes under the reader");
+}

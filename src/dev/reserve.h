@@ -56,6 +56,10 @@ void lg_reserve_conflict (struct lg_reserve *r);
  * naming the holder now (asked once, on the calling thread). */
 bool lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len);
 
+/* A read-only open: when another gateway holds lun, a warning says what
+ * reading beside a writer means (volume: a lungate volume). */
+void lg_reserve_note (struct lg_pool *p, int lun, bool volume);
+
 /* Who holds the LUN, for lungate info: 0 and st filled, or -1. */
 int lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st,
                      char *err, size_t errlen);

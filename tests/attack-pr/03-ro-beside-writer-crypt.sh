@@ -20,6 +20,7 @@ io w write 1 18 >/dev/null || fail "w cannot write"
 io w write 2 19 >/dev/null || fail "w cannot write"
 a=$(io r read 1 2>&1); b=$(io r read 2 2>&1)
 echo "after the writer's writes, ro reads unit 1: $a (want 18)  unit 2: $b (want 19)"
+sleep 2; echo "read again, 2 s later: unit 1: $(io r read 1 2>&1) unit 2: $(io r read 2 2>&1)"
 grep -i "authentic\|bad\|EIO" "$TGT_DIR/r.log" | head
 [ "$a" = 18 ] && [ "$b" = 19 ] || fail "BROKEN: the read-only gateway beside the writer does not read the writer's data"
 echo ok

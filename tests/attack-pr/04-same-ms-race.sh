@@ -17,9 +17,9 @@ both=0; same=0
 for i in $(seq "$ROUNDS"); do
   rm -f "$TGT_DIR"/x.sock "$TGT_DIR"/y.sock
   : >"$TGT_DIR/x.log"; : >"$TGT_DIR/y.log"
-  nbdkit -v -f -U "$TGT_DIR/x.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$TGT_DIR/x.log" &
+  nbdkit -v -D lungate.verbose=1 -f -U "$TGT_DIR/x.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$TGT_DIR/x.log" &
   px=$!
-  nbdkit -v -f -U "$TGT_DIR/y.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$TGT_DIR/y.log" &
+  nbdkit -v -D lungate.verbose=1 -f -U "$TGT_DIR/y.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$TGT_DIR/y.log" &
   py=$!
   for _ in $(seq 100); do [ -S "$TGT_DIR/x.sock" ] && [ -S "$TGT_DIR/y.sock" ] && break; sleep 0.05; done
   io x write 1 $i >"$TGT_DIR/x.r" 2>/dev/null &
