@@ -274,7 +274,12 @@ check_dir (const char *dir, bool nonempty, char *abs)
   int n = 0;
 
   if (realpath (dir, abs) == NULL || stat (abs, &st) < 0) {
-    lg_error ("%s: %m", dir);
+    if (errno == ENOTCONN)
+      lg_error ("%s: a dead mount (its daemon is gone): unmount it with "
+                "fusermount3 -u %s",
+                dir, dir);
+    else
+      lg_error ("%s: %m", dir);
     return -1;
   }
   if (!S_ISDIR (st.st_mode)) {

@@ -755,9 +755,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     return -1;
   }
   if (fuse_session_mount (se, dir) != 0) {
-    lg_error ("%s: cannot mount (is /dev/fuse usable, and %s an empty "
-              "directory?)",
-              dir, dir);
+    lg_error ("%s: cannot mount (is /dev/fuse usable?)", dir);
     goto out_destroy;
   }
   if (ready && ready (fs, opaque) < 0)

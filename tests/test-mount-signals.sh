@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# SIGTERM and SIGINT of a mount in the background unmount it cleanly
+# (issue 15, item 4): with a relative mount directory (the daemon runs in
+# /, so it must have made it absolute), and right after `lungate mount'
+# returns (the command returns only once the daemon serves and handles
+# signals).  A dead mount (the daemon killed) is named, with the fix
+# (item 5).
+. "${srcdir:-.}/functions.sh"
+require_lungate
+require fusermount3 mountpoint pgrep
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+tgt_start
+t=iqn.2026-11.org.lungate:signals
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 8M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+cleanup () { fusermount3 -u -z "$TGT_DIR/m" 2>/dev/null || true; }
+on_exit cleanup
+mkdir "$TGT_DIR/m"
+
+# daemon DIR: the pid of the mount daemon serving DIR.
+daemon () { pgrep -f -- "lungate mount .*$url $1\$" | head -n 1; }
+stop () # stop SIGNAL DIR: the daemon exits and leaves no mount behind
+{
+  local pid
+  pid=$(daemon "$2")
+  [ -n "$pid" ] || fail "no daemon for $2"
+  kill "-$1" "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && fail "the daemon did not exit on SIG$1"
+  if mountpoint -q "$TGT_DIR/m" || ! ls "$TGT_DIR/m" >/dev/null 2>&1; then
+    fail "SIG$1 left a dead mount on $2"
+  fi
+}
+
+for sig in TERM INT; do
+  (cd "$TGT_DIR" && with_timeout 60 "$LUNGATE" mount "$url" m) || fail "mount on a relative directory"
+  [ -f "$TGT_DIR/m/lun1" ] || fail "not mounted"
+  stop "$sig" m
+done
+for i in 1 2 3 4 5; do
+  with_timeout 60 "$LUNGATE" mount "$url" "$TGT_DIR/m" || fail "mount $i"
+  stop TERM "$TGT_DIR/m"
+done
+
+with_timeout 60 "$LUNGATE" mount "$url" "$TGT_DIR/m" || fail "mount"
+kill -9 "$(daemon "$TGT_DIR/m")"
+sleep 0.5
+expect_fail_with "a dead mount.*fusermount3 -u" "$LUNGATE" mount --takeover "$url" "$TGT_DIR/m"
+fusermount3 -u "$TGT_DIR/m" || fail "fusermount3 -u of the dead mount"
+echo "test-mount-signals: ok"
