@@ -51,6 +51,27 @@ progress (uint64_t done, uint64_t total)
   lg_progress (done, total);
 }
 
+#define LAZY_HINT                                                              \
+  "this takes a while: lungate format --lazy zeroes and seals nothing but "    \
+  "the header area (seconds on any size; see lungate-format(1))"
+
+/* Zeroes the first len bytes of d in pieces, with progress. */
+static int
+zero_lun (struct lg_dev *d, uint64_t len)
+{
+  const uint64_t piece = 256ull << 20;
+
+  for (uint64_t off = 0; off < len;) {
+    uint64_t n = len - off < piece ? len - off : piece;
+
+    if (lg_dev_zero (d, n, off, LG_MAY_TRIM) < 0)
+      return -1;
+    off += n;
+    lg_progress (off, len);
+  }
+  return 0;
+}
+
 /* Non-zero bytes in the first MiB: a partition table or a file system. */
 static int
 looks_used (struct lg_dev *d, bool *used)
@@ -230,25 +251,27 @@ lg_cmd_format (int argc, char **argv)
   /* Wipe any old header copies and metadata, and (unless lazy) the data:
    * a sealed ZERO unit is authentic only over zeroed bytes.  On a
    * thin-provisioned LUN this deallocates and is quick. */
-  lg_progress_start ("format: zeroing");
+  lg_progress_start_bytes ("format: zeroing", 1);
+  if (!lazy)
+    lg_progress_hint (LAZY_HINT, 180);
   /* Lazy: the metadata area of a huge LUN is huge too (1/43 of it), and
    * is left alone.  Old bytes there fail authentication (the UUID is in
    * every tag), so such a unit reads EIO until it is written, never as
    * someone else's data. */
   /* Except after an interrupted format (or with --force): its sealed
    * slots would read as errors, so the metadata area is wiped too. */
-  if (lg_dev_zero (raw,
-                   !lazy                      ? raw->size
-                       : interrupted || force ? h.data_offset
-                                              : LG_HDR_AREA,
-                   0, LG_MAY_TRIM)
+  if (zero_lun (raw,
+                !lazy                      ? raw->size
+                    : interrupted || force ? h.data_offset
+                                           : LG_HDR_AREA)
       < 0) {
     lg_progress_end ();
     goto out;
   }
   lg_progress_end ();
   if (!lazy) {
-    lg_progress_start ("format: sealing units");
+    lg_progress_start_bytes ("format: sealing units", LG_UNIT_SIZE);
+    lg_progress_hint (LAZY_HINT, 180);
     if (lg_crypt_init_units (cd, 0, h.nunits, progress) < 0) {
       lg_progress_end ();
       lg_error ("%s: writing the metadata failed: %m", raw->name);

@@ -10,10 +10,16 @@
 #include "util/log.h"
 #include "util/progress.h"
 
+/* Off a terminal: a line every 10%, and at least this often. */
+#define LINE_EVERY_S 5.0
+
 static const char *label;
-static bool tty, shown;
+static const char *hint;
+static double hint_after;
+static uint64_t unit_bytes;
+static bool tty, shown, hinted;
 static int last_decile;
-static double last_time, start_time;
+static double last_time, last_line, start_time;
 
 static double
 now (void)
@@ -25,37 +31,82 @@ now (void)
 }
 
 void
-lg_progress_start (const char *what)
+lg_progress_start_bytes (const char *what, uint64_t unit)
 {
   label = what;
+  unit_bytes = unit;
   tty = isatty (STDERR_FILENO);
-  shown = false;
+  shown = hinted = false;
   last_decile = -1;
-  start_time = last_time = now ();
+  start_time = last_time = last_line = now ();
+}
+
+void
+lg_progress_start (const char *what)
+{
+  lg_progress_start_bytes (what, 0);
+}
+
+void
+lg_progress_hint (const char *text, double seconds)
+{
+  hint = text;
+  hint_after = seconds;
+}
+
+/* ", 123.4 MiB/s, 2m05s left" (nothing until a rate is known). */
+static void
+rate_eta (char *buf, size_t len, uint64_t done, uint64_t total, double t,
+          double *eta)
+{
+  double dt = t - start_time, rate = dt > 0.5 ? (double) done / dt : 0;
+  unsigned long left;
+
+  *eta = -1;
+  buf[0] = '\0';
+  if (rate <= 0 || done >= total)
+    return;
+  *eta = (double) (total - done) / rate;
+  left = (unsigned long) *eta;
+  if (unit_bytes)
+    snprintf (buf, len, ", %.1f MiB/s, %lum%02lus left",
+              rate * (double) unit_bytes / 1048576.0, left / 60, left % 60);
+  else
+    snprintf (buf, len, ", %.0f/s, %lum%02lus left", rate, left / 60,
+              left % 60);
 }
 
 void
 lg_progress (uint64_t done, uint64_t total)
 {
-  double t = now (),
+  double t = now (), eta,
          pct = total ? 100.0 * (double) done / (double) total : 100.0;
   int decile = (int) (pct / 10);
+  char re[80];
 
   if (lg_log_get_level () < LG_LOG_INFO)
     return;
+  if (tty && t - last_time < 0.25 && done < total)
+    return;
+  if (!tty && decile == last_decile && t - last_line < LINE_EVERY_S)
+    return;
+  rate_eta (re, sizeof re, done, total, t, &eta);
   if (tty) {
-    if (t - last_time < 0.25 && done < total)
-      return;
-    fprintf (stderr, "\r%s: %5.1f%% (%llu/%llu)", label, pct,
-             (unsigned long long) done, (unsigned long long) total);
+    fprintf (stderr, "\r%s: %5.1f%% (%llu/%llu%s)\033[K", label, pct,
+             (unsigned long long) done, (unsigned long long) total, re);
     shown = true;
   }
-  else if (decile != last_decile) {
-    fprintf (stderr, "%s: %d%% (%llu/%llu)\n", label, decile * 10,
-             (unsigned long long) done, (unsigned long long) total);
+  else {
+    fprintf (stderr, "%s: %.0f%% (%llu/%llu%s)\n", label, pct,
+             (unsigned long long) done, (unsigned long long) total, re);
     last_decile = decile;
+    last_line = t;
   }
   last_time = t;
+  if (hint && !hinted && eta > hint_after) {
+    fprintf (stderr, "%s%s: %s\n", tty ? "\n" : "", label, hint);
+    hinted = true;
+  }
 }
 
 void
@@ -66,4 +117,5 @@ lg_progress_end (void)
   if (lg_log_get_level () >= LG_LOG_INFO && label)
     fprintf (stderr, "%s: done in %.1f s\n", label, now () - start_time);
   label = NULL;
+  hint = NULL;
 }

@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* A progress line on stderr for long operations: rewritten in place on a
- * terminal, a line every 10% otherwise.  One operation at a time, from
- * one thread. */
+/* A progress line on stderr for long operations, with the rate and the
+ * time left: rewritten in place on a terminal, a line every 10% (and at
+ * least every 5 s) otherwise.  One operation at a time, from one
+ * thread. */
 #ifndef LG_PROGRESS_H
 #define LG_PROGRESS_H
 
 #include <stdint.h>
 
 void lg_progress_start (const char *what);
+/* The same, counting in units of unit bytes: the rate is in MiB/s. */
+void lg_progress_start_bytes (const char *what, uint64_t unit);
+/* Once the time left exceeds seconds, text is printed once (until
+ * lg_progress_end). */
+void lg_progress_hint (const char *text, double seconds);
 void lg_progress (uint64_t done, uint64_t total);
 void lg_progress_end (void);
 
