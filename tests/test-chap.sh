@@ -31,8 +31,10 @@ expect_fail_with "authentication failed" \
   "$LUNGATE" info --user alice --password-file "$wrong" "iscsi://$TGT_PORTAL/$t1/1"
 expect_fail_with "authentication failed" \
   "$LUNGATE" info --user mallory --password-file "$good" "iscsi://$TGT_PORTAL/$t1/1"
-expect_fail_with "authentication failed" \
+expect_fail_with "authentication failed: the target requires CHAP, and no user was given" \
   "$LUNGATE" info "iscsi://$TGT_PORTAL/$t1/1"
+expect_fail_with "authentication failed \(wrong CHAP user or secret\?\)" \
+  "$LUNGATE" info --user alice --password-file "$wrong" "iscsi://$TGT_PORTAL/$t1/1"
 # The secret from a file descriptor, and from standard input.
 with_timeout 60 "$LUNGATE" info --user alice --password-fd 3 \
   "iscsi://$TGT_PORTAL/$t1/1" 3<"$good" | grep -q "^size: 16777216 " \

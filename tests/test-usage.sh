@@ -53,4 +53,8 @@ expect_fail_with "needs one-way CHAP" \
   iscsi://h/iqn.a:b/1
 expect_fail_with "/nonexistent/pw: No such file" \
   "$LUNGATE" info --user a --password-file /nonexistent/pw iscsi://h/iqn.a:b/1
+# A host name that does not resolve is said in words, not libiscsi's
+# "Can not resolv into IPv4/v6" (issue 15, item 10).
+expect_exit 1 "no-such-host.invalid:3260: cannot connect: the host name does not resolve" \
+  "$LUNGATE" info iscsi://no-such-host.invalid/iqn.2026-11.a:b/1
 echo "test-usage: ok"

@@ -97,11 +97,24 @@ set_open_error (struct lg_session *s, const char *what, const char *libmsg)
               "target secret?)",
               s->portal, t);
   }
+  else if (code == 0x0201 && (s->login->user == NULL || !*s->login->user)) {
+    s->open_errno = EACCES;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: authentication failed: the target requires CHAP, "
+              "and no user was given (--user and --password-file; plugin: "
+              "user= and password=)",
+              s->portal, t);
+  }
   else if (code == 0x0201) {
     s->open_errno = EACCES;
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: authentication failed (wrong CHAP user or secret?)",
               s->portal, t);
+  }
+  else if (strstr (libmsg, "resolv") != NULL) {
+    s->open_errno = ECONNREFUSED;
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: cannot connect: the host name does not resolve", s->portal);
   }
   else if (code == 0x0202) {
     s->open_errno = EPERM;
