@@ -21,7 +21,7 @@
 enum { OPT_MODE = OPT_LOGIN_LAST + 1, OPT_LAZY, OPT_FORCE, OPT_ARGON2 };
 
 static const char usage[]
-    = "Usage: lungate format [OPTIONS] --mode aead|mac (--key-file F | "
+    = "Usage: lungate format [OPTIONS] [--mode aead|mac] (--key-file F | "
       "--passphrase-file F)\n"
       "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
       "\n"
