@@ -3,7 +3,8 @@
 # The target dies under a gateway with a zero outage budget (timeout=0):
 # requests fail at once (no hang) and the gateway, which keeps trying to
 # log in again, does not spin (libiscsi's own tools were seen at 100% CPU
-# against a dead port): its CPU time over 3 s must stay small.
+# against a dead port): over 3 s it must use well under a core and wake
+# up a bounded number of times.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
@@ -40,12 +41,24 @@ except nbd.Error as e:
     assert e.errnum == errno.EIO, e
 assert time.monotonic() - t0 < 5, time.monotonic() - t0
 PY
+# A spin shows as CPU time near the wall time (a core's worth, even on a
+# busy machine), or as a storm of wake-ups; an idle gateway, even under
+# valgrind (which costs hundreds of ms here), shows neither.  So the
+# bounds are half the wall time and 300 wake-ups a second, not a
+# measure of how cheap idling is (issue 15, item 12).
 ticks ()
 {
   awk '{ print $14 + $15 }' "/proc/$gw/stat"
 }
-t0=$(ticks); sleep 3; t1=$(ticks)
+wakeups ()
+{
+  cat /proc/"$gw"/task/*/status 2>/dev/null \
+    | awk '/^voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'
+}
+t0=$(ticks); w0=$(wakeups); sleep 3; t1=$(ticks); w1=$(wakeups)
 hz=$(getconf CLK_TCK)
-echo "gateway CPU over 3 s with the target gone: $(( (t1 - t0) * 1000 / hz )) ms"
-[ $(( (t1 - t0) * 1000 / hz )) -le 300 ] || fail "the gateway spins with the target gone"
+cpu=$(( (t1 - t0) * 1000 / hz )); wake=$(( w1 - w0 ))
+echo "gateway over 3 s with the target gone: $cpu ms of CPU, $wake wake-ups"
+[ "$cpu" -le 1500 ] || fail "the gateway spins with the target gone ($cpu ms of CPU in 3 s)"
+[ "$wake" -le 900 ] || fail "the gateway wakes up $wake times in 3 s with the target gone"
 echo "test-target-gone: ok"
