@@ -63,6 +63,15 @@ expect_fail_with "authentication failed" \
 out=$(with_timeout 60 "$LUNGATE" discover --user alice --password-file "$good" \
   "iscsi://$TGT_PORTAL/$t1") || fail "discover with CHAP"
 grep -q "lun 1  disk  16.00 MiB" <<<"$out" || fail "discover with CHAP: no LUN"
+# A target whose login is refused is listed with the reason in --json,
+# not as an empty list of LUNs (issue 15, item 10).
+with_timeout 60 "$LUNGATE" discover --json "iscsi://$TGT_PORTAL" >"$TGT_DIR/d.json" 2>/dev/null
+python3 - "$TGT_DIR/d.json" "$t1" <<'PY' || { cat "$TGT_DIR/d.json"; fail "discover --json: no error for a refused target"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = [x for x in d["targets"] if x["name"] == sys.argv[2]][0]
+assert t["luns"] == [] and "requires CHAP" in t["error"], t
+PY
 
 # No secret ever in the process list: checked on a slow login.
 echo "test-chap: ok"

@@ -102,6 +102,7 @@ list_target (const struct lg_login *login, const char *portal,
       printf ("  portal %s\n", t->portals[i]);
   }
 
+  err[0] = '\0';
   p = lg_pool_open (login, portal, t->name, 1, err, sizeof err);
   if (p == NULL) {
     lg_error ("%s", err);
@@ -111,6 +112,7 @@ list_target (const struct lg_login *login, const char *portal,
     lg_error ("%s", err);
     goto out;
   }
+  err[0] = '\0';
   r = 0;
   for (size_t i = 0; i < n; i++) {
     struct lg_lun_info li;
@@ -132,7 +134,13 @@ list_target (const struct lg_login *login, const char *portal,
   }
 
 out:
-  if (json)
+  if (json && r < 0 && err[0]) {
+    /* A target that cannot be listed says why, in the object. */
+    printf ("], \"error\": ");
+    lg_json_string (stdout, err);
+    printf ("}");
+  }
+  else if (json)
     printf ("]}");
   free (luns);
   lg_pool_close (p);
