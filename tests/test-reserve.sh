@@ -6,7 +6,8 @@
 # refused while a gateway holds the volume; --takeover after kill -9 of
 # the holder; a preempted gateway fails writes with EPERM and loses
 # nothing acknowledged; a target restart under a held reservation;
-# shared=true on a plain LUN, and refused on an encrypted one.
+# shared=true on a plain LUN, and refused on an encrypted one; a claim
+# after another gateway's crash sees the volume dirty.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
@@ -15,6 +16,9 @@ t=iqn.2026-11.org.lungate:reserve
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_add_lun 1 2 16M
+tgt_add_lun 1 3 16M
+# LUN 3 writes through (WCE=0): a new login there is no sign of loss.
+tgt_lun_params 1 3 mode_page=8:0:18:0x10:0:0xff:0xff:0:0:0xff:0xff:0xff:0xff:0x80:0x14:0:0:0:0:0:0
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t/1"
 plain="iscsi://$TGT_PORTAL/$t/2"
@@ -143,4 +147,25 @@ gw s3 "url=$url" "key-file=$key" shared=true
 io s3 write 1 1 >/dev/null 2>&1 && fail "shared=true wrote to a lungate volume"
 grep -q "cannot be shared: it has one writer" "$TGT_DIR/s3.log" || { cat "$TGT_DIR/s3.log"; fail "no reason for refusing shared=true"; }
 nbd_stop "$pid_s3"
+# 8. A plugin started (the volume read clean) before another gateway
+# wrote and was killed, and the target then restarted (forgetting that
+# reservation): its first writable connection claims the LUN and must
+# take the volume as the killed one left it, dirty, not as it was at its
+# start; else its clean stop marks a crashed volume clean.  (On a
+# write-through LUN: over a volatile cache the restart alone keeps the
+# volume dirty.)
+wt="iscsi://$TGT_PORTAL/$t/3"
+"$LUNGATE" format --lazy --key-file "$key" "$wt" >/dev/null || fail "format LUN 3"
+gw p0 "url=$wt" "key-file=$key"
+gw p1 "url=$wt" "key-file=$key"
+io p1 write 7 23 >/dev/null || fail "p1 cannot write"
+kill -9 "$pid_p1"; wait "$pid_p1" 2>/dev/null
+"$LUNGATE" info "$wt" | grep -q "^volume-state: dirty" || fail "not dirty after kill -9 of p1"
+tgt_restart
+io p0 write 8 24 >/dev/null || fail "p0 cannot write after the restart"
+grep -q "left dirty since it was opened" "$TGT_DIR/p0.log" \
+  || { cat "$TGT_DIR/p0.log"; fail "p0 did not see the volume dirty at its claim"; }
+nbd_stop "$pid_p0"
+"$LUNGATE" info "$wt" | grep -q "^volume-state: dirty" \
+  || fail "p0's clean stop marked a volume clean that p1 left dirty"
 echo "test-reserve: ok"

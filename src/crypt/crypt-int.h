@@ -51,6 +51,7 @@ struct mdent {
   uint64_t known;  /* bit j: unit j's current slot is known */
   uint64_t cur;    /* bit j: ... and it is slot 1 */
   uint64_t kepoch; /* the lower device's logins when known was learnt */
+  uint64_t lgen;   /* the cache's gen when data was loaded */
   /* Over a volatile cache: the barrier generation of the last write of
    * unit j's data, which must be stable before its other slot is
    * overwritten. */
@@ -62,6 +63,7 @@ struct mdcache {
   pthread_mutex_t lock;
   size_t n, hand;
   uint64_t floor; /* the newest dgen of an entry reused for another block */
+  uint64_t gen;   /* lgc_cache_forget: entries of an older gen reload */
   int *buckets;   /* n * 2 */
   struct mdent *e;
 };
@@ -159,6 +161,10 @@ int lgc_cache_init (struct mdcache *c, size_t n);
 void lgc_cache_destroy (struct mdcache *c);
 struct mdent *lgc_cache_get (struct mdcache *c, uint64_t b);
 void lgc_cache_put (struct mdcache *c, struct mdent *e);
+/* Another writer may have changed the metadata since it was read (the
+ * claim of a device opened before it took write access): every entry is
+ * read again at its next use that no one else pins. */
+void lgc_cache_forget (struct mdcache *c);
 uint64_t lgc_known_of (struct cdev *x, const struct mdent *e);
 void lgc_learn (struct cdev *x, struct mdent *e, uint64_t epoch, uint64_t bits,
                 uint64_t cur);

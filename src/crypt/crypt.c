@@ -325,6 +325,44 @@ cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
   lg_dev_transport (((const struct cdev *) d)->lower, t);
 }
 
+/* Write access taken: the device may have been open (read-only, in the
+ * plugin) while another gateway wrote.  Its cached metadata is read
+ * again, and a header the other left dirty (killed, before a target
+ * restart forgot its reservation) counts as dirty. */
+static int
+refresh_at_claim (struct cdev *x, char *err, size_t errlen)
+{
+  struct lg_header h;
+  char why[256];
+
+  lgc_cache_forget (&x->cache);
+  if (lg_header_read (x->lower, &h, why, sizeof why) < 0) {
+    snprintf (err, errlen, "%s: reading the header again: %s", x->dev.name,
+              why);
+    return -1;
+  }
+  if (sodium_memcmp (h.uuid, x->h.uuid, sizeof h.uuid) != 0) {
+    snprintf (err, errlen, "%s: the LUN holds another volume since it was "
+              "opened", x->dev.name);
+    errno = ESHUTDOWN;
+    sodium_memzero (&h, sizeof h);
+    return -1;
+  }
+  pthread_mutex_lock (&x->dirty_lock);
+  if ((h.flags & LG_HDR_FLAG_DIRTY) && !x->was_dirty
+      && !atomic_load (&x->marked)) {
+    lg_warn ("%s: the volume was left dirty since it was opened: each first "
+             "write to a unit checks which slot is current",
+             x->dev.name);
+    x->was_dirty = true;
+    atomic_store (&x->trust_newer, false);
+    atomic_store (&x->clean_at_close, false);
+  }
+  pthread_mutex_unlock (&x->dirty_lock);
+  sodium_memzero (&h, sizeof h);
+  return 0;
+}
+
 /* No persistent reservations below: the owner record says who writes.
  * LUNGATE_TEST_NO_OWNER leaves it out (test-header-race runs several
  * writers on one volume so); never for use. */
@@ -369,6 +407,8 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   r = lg_dev_claim (x->lower, flags, err, errlen);
   if (r == 2 && x->manage_dirty && x->owner == NULL)
     r = claim_owner (x, flags, err, errlen);
+  if (r >= 0 && x->manage_dirty && refresh_at_claim (x, err, errlen) < 0)
+    return -1;
   if (r <= 0 || r == 2 || !x->manage_dirty)
     return r < 0 ? -1 : 0;
   pthread_mutex_lock (&x->dirty_lock);

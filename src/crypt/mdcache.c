@@ -105,10 +105,23 @@ lgc_cache_get (struct mdcache *c, uint64_t b)
   return NULL;
 
 found:
+  if (e->pins == 0 && e->lgen != c->gen) {
+    e->loaded = false;
+    e->known = 0;
+  }
+  e->lgen = c->gen;
   e->pins++;
   e->ref = true;
   pthread_mutex_unlock (&c->lock);
   return e;
+}
+
+void
+lgc_cache_forget (struct mdcache *c)
+{
+  pthread_mutex_lock (&c->lock);
+  c->gen++;
+  pthread_mutex_unlock (&c->lock);
 }
 
 void
