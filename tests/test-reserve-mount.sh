@@ -38,6 +38,19 @@ h.pwrite(b'Q' * 4096, 0); h.flush()" || fail "the plugin cannot write"
 expect_fail_with "in use by a gateway on this host.*reservation key 0x4c.*-o ro" \
   "$LUNGATE" mount "$url" "$mnt"
 mountpoint -q "$mnt" && fail "a refused mount left $mnt mounted"
+# A mount killed while its claim waits for the holder leaves nothing
+# mounted (the hostile review: the signal came before the handlers).
+"$LUNGATE" mount "$url" "$mnt" 2>"$TGT_DIR/killed.err" &
+parent=$!
+for _ in $(seq 50); do grep -q " $mnt " /proc/mounts && break; sleep 0.05; done
+child=$(pgrep -f -- "lungate mount $url $mnt" | grep -v "^$parent\$" | head -n 1)
+[ -n "$child" ] && kill -TERM "$child"
+wait "$parent" && fail "a mount killed during its claim succeeded"
+sleep 0.5
+if grep -q " $mnt " /proc/mounts || ! ls "$mnt" >/dev/null 2>&1; then
+  fail "a mount killed during its claim left $mnt mounted"
+fi
+
 with_timeout 60 "$LUNGATE" mount -o ro "$url" "$mnt" || fail "a read-only mount beside the writer"
 [ "$(head -c 1 "$mnt/lun1")" = Q ] || fail "the read-only mount does not read the writer's data"
 # One URL, one mount.

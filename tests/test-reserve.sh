@@ -7,7 +7,9 @@
 # the holder; a preempted gateway fails writes with EPERM and loses
 # nothing acknowledged; a target restart under a held reservation;
 # shared=true on a plain LUN, and refused on an encrypted one; a claim
-# after another gateway's crash sees the volume dirty.
+# after another gateway's crash sees the volume dirty; and what the
+# hostile review found: an idle preempted holder, a reader beside the
+# writer, two gateways started at once.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
@@ -31,7 +33,7 @@ gw ()
   local n=$1 s=$TGT_DIR/$1.sock
   shift
   rm -f "$s"
-  "${NBDKIT[@]}" -f -U "$s" "$LUNGATE_PLUGIN" "$@" 2>>"$TGT_DIR/$n.log" &
+  "${NBDKIT[@]}" ${GW_RO:+-r} -f -U "$s" "$LUNGATE_PLUGIN" "$@" 2>>"$TGT_DIR/$n.log" &
   eval "pid_$n=$!"
   on_exit kill -9 "$!"
   for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
@@ -168,4 +170,56 @@ grep -q "left dirty since it was opened" "$TGT_DIR/p0.log" \
 nbd_stop "$pid_p0"
 "$LUNGATE" info "$wt" | grep -q "^volume-state: dirty" \
   || fail "p0's clean stop marked a volume clean that p1 left dirty"
+# 9. (From the hostile review.)  A holder that sits idle while another
+# takes the LUN over, writes and closes (releasing everything): its next
+# write fails (tgt's unit attention RESERVATIONS PREEMPTED says so; with
+# nothing reserved any more the write itself would be accepted), and
+# what the other acknowledged stays.
+gw i1 "url=$plain"
+io i1 write 1 31 >/dev/null || fail "i1 cannot write"
+gw i2 "url=$plain" takeover=true
+io i2 write 1 32 >/dev/null || fail "i2 cannot write"
+nbd_stop "$pid_i2"
+r=$(io i1 write 1 33 2>/dev/null) && fail "a preempted gateway wrote after its preempter closed"
+[ "$r" = EPERM ] || fail "the preempted gateway's write failed with $r, not EPERM"
+[ "$(io i1 read 1)" = 32 ] || fail "the preempter's acknowledged write was lost"
+nbd_stop "$pid_i1"
+
+# 10. A reader (nbdkit -r) beside the writer of a volume reads what the
+# writer wrote after the reader had read the unit (not zeroes from its
+# cached metadata).
+gw w "url=$url" "key-file=$key"
+io w write 1 41 >/dev/null || fail "w cannot write"
+GW_RO=1 gw r "url=$url" "key-file=$key"
+[ "$(io r read 1)" = 41 ] || fail "the reader does not read unit 1"
+io w write 1 42 >/dev/null && io w write 2 43 >/dev/null || fail "w cannot write again"
+[ "$(io r read 1)" = 42 ] && [ "$(io r read 2)" = 43 ] \
+  || fail "a reader beside the writer does not read the writer's new data"
+nbd_stop "$pid_r"; nbd_stop "$pid_w"
+
+# 11. Two gateways that made the same key (started in the same second
+# with the same random bits: LUNGATE_TEST_PR_KEY forces it): the second
+# does not take the first's reservation for its own.
+LUNGATE_TEST_PR_KEY=0x4c00000000001234 gw k1 "url=$plain"
+io k1 write 1 51 >/dev/null || fail "k1 cannot write"
+LUNGATE_TEST_PR_KEY=0x4c00000000001234 gw k2 "url=$plain"
+io k2 write 2 52 >/dev/null 2>&1 && fail "a gateway with the holder's key wrote beside it"
+nbd_stop "$pid_k2"; nbd_stop "$pid_k1"
+# And started at the same moment, a writable connection to each at once:
+# one writes, the other is refused, every round.
+for i in 1 2 3; do
+  rm -f "$TGT_DIR/x.sock" "$TGT_DIR/y.sock"
+  "${NBDKIT[@]}" -f -U "$TGT_DIR/x.sock" "$LUNGATE_PLUGIN" "url=$plain" 2>>"$TGT_DIR/x.log" &
+  pid_x=$!
+  "${NBDKIT[@]}" -f -U "$TGT_DIR/y.sock" "$LUNGATE_PLUGIN" "url=$plain" 2>>"$TGT_DIR/y.log" &
+  pid_y=$!
+  on_exit kill -9 "$pid_x" "$pid_y"
+  for _ in $(seq 100); do [ -S "$TGT_DIR/x.sock" ] && [ -S "$TGT_DIR/y.sock" ] && break; sleep 0.1; done
+  io x write 1 $i >"$TGT_DIR/x.r" 2>/dev/null & a=$!
+  io y write 2 $i >"$TGT_DIR/y.r" 2>/dev/null & b=$!
+  wait $a; ra=$?; wait $b; rb=$?
+  [ $ra = 0 ] && [ $rb = 0 ] && fail "round $i: two gateways started together both wrote"
+  [ $ra = 0 ] || [ $rb = 0 ] || fail "round $i: neither of two gateways could write"
+  kill $pid_x $pid_y; for p in $pid_x $pid_y; do while kill -0 $p 2>/dev/null; do sleep 0.1; done; done
+done
 echo "test-reserve: ok"

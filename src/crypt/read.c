@@ -265,6 +265,18 @@ out:
   return nbad;
 }
 
+/* What the cache holds is what is on the LUN only where nobody else
+ * writes it: this process holds the LUN (claimed), or nothing below can
+ * be claimed (the filter over another plugin).  A reader beside another
+ * gateway (nbdkit -r, mount -o ro) reads the metadata with the data
+ * every time: a cached slot the writer has replaced since would open
+ * its new data wrongly (as a first write that failed: zeroes). */
+static bool
+trust_cache (const struct cdev *x)
+{
+  return x->dev.claimed || x->lower->claimed || x->lower->ops->claim == NULL;
+}
+
 static int
 cdev_read_units (struct cdev *x, uint8_t *out, uint64_t u0, uint64_t u1)
 {
@@ -273,7 +285,7 @@ cdev_read_units (struct cdev *x, uint8_t *out, uint64_t u0, uint64_t u1)
 
   lgc_span_init (&sp, u0, u1);
   lgc_span_lock (x, &sp, false);
-  r = lgc_read_units_locked (x, &sp, out, NULL, NULL, true, false);
+  r = lgc_read_units_locked (x, &sp, out, NULL, NULL, trust_cache (x), false);
   lgc_span_unlock (x, &sp);
   if (r != 0) {
     errno = EIO;

@@ -301,9 +301,14 @@ lg_dev_auth_failures (const struct lg_dev *d)
 int
 lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 {
+  int r;
+
   if (d->read_only)
     return 0;
   if (d->ops->claim == NULL)
     return 2;
-  return d->ops->claim (d, flags, err, errlen);
+  r = d->ops->claim (d, flags, err, errlen);
+  if (r == 0 || r == 1)
+    d->claimed = true;
+  return r;
 }

@@ -131,6 +131,8 @@ struct lg_dev {
    * file shows it); else the device keeps its size (NBD clients cache
    * it). */
   bool follow_resize;
+  /* Set by lg_dev_claim: this process may write the device alone. */
+  bool claimed;
   struct lg_dev_stats stats; /* zeroed with the device */
 };
 

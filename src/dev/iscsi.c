@@ -68,6 +68,7 @@ struct idev {
   unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
   struct lg_reserve *res;         /* write access (reserve.h) */
+  atomic_uint pr_seen;            /* lg_pool_pr_events when last looked */
   bool pinned;                    /* the pool checks the LUN at every login */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
@@ -1051,7 +1052,12 @@ static int
 refused (struct idev *x)
 {
   char msg[512];
+  unsigned seen = atomic_load (&x->pr_seen),
+           now = lg_pool_pr_events (x->pool);
 
+  if (now != seen && atomic_compare_exchange_strong (&x->pr_seen, &seen, now)
+      && lg_pool_pr_taken (x->pool, x->lun, seen))
+    lg_reserve_taken (x->res);
   if (!lg_reserve_refuses (x->res, msg, sizeof msg))
     return 0;
   lg_debug ("%s", msg);
@@ -1193,6 +1199,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
   x->res = lg_reserve_new (p, lun, x->dev.name);
+  atomic_init (&x->pr_seen, lg_pool_pr_events (p));
   if (x->res == NULL) {
     lg_pool_unwatch (p, x);
     snprintf (err, errlen, "out of memory");

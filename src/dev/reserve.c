@@ -180,7 +180,7 @@ reserve (struct lg_reserve *r, char *err, size_t errlen)
       && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0)
     return 0;
   if (errno == EPERM && lg_reserve_read (r->p, r->lun, &st, err, errlen) == 0
-      && st.reserved && st.holder != r->key) {
+      && st.reserved) {
     unregister_all (r);
     return in_use (r, &st, err, errlen);
   }
@@ -218,11 +218,12 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
 {
   int w;
 
+  /* A holder with this process's key is another process that made the
+   * same key (started in the same second, with the same random bits):
+   * never taken for ourselves. */
   if (!st->reserved)
     return reserve (r, err, errlen);
-  if (st->holder == r->key) /* ours already (another device, one LUN) */
-    return register_all (r, err, errlen);
-  if (flags & LG_CLAIM_TAKEOVER)
+  if (flags & LG_CLAIM_TAKEOVER && st->holder != r->key)
     return take_over (r, st, err, errlen);
   if ((w = wait_for_holder (r, st, err, errlen)) == 0)
     return claim_held (r, st, flags, err, errlen);
@@ -291,7 +292,18 @@ lg_reserve_conflict (struct lg_reserve *r)
   int m = atomic_load (&r->mode);
 
   if (m == MODE_HELD || m == MODE_CLAIMING)
-    set_lost (r, "a write met RESERVATION CONFLICT");
+    set_lost (r, "a write met RESERVATION CONFLICT, or a unit attention "
+                 "said it was taken");
+}
+
+void
+lg_reserve_taken (struct lg_reserve *r)
+{
+  int m = atomic_load (&r->mode);
+
+  if (m == MODE_HELD || m == MODE_CLAIMING)
+    set_lost (r, "a unit attention said another initiator preempted or "
+                 "released it");
 }
 
 /* The target forgot every reservation (restarted): reserve again. */
@@ -310,6 +322,10 @@ reserve_again (struct lg_reserve *r, const struct lg_lun_io *io)
     if (e == EPERM && lg_pr_read (io, r->lun, &st, why, sizeof why) == 0
         && st.reserved && st.holder == r->key)
       return 0;
+    /* A registrant may write under the other's reservation: not this
+     * session any more. */
+    if (lg_pr_unregister (io, r->lun, r->key, why, sizeof why) < 0)
+      lg_debug ("%s: unregistering: %s", r->name, why);
     if (e == EPERM) {
       set_lost (r, "someone else reserved the LUN when the target had "
                    "forgotten ours");
@@ -354,12 +370,13 @@ redo (struct lg_reserve *r)
   struct lg_pr_state st;
   char err[256], msg[256];
 
+  /* Writers wait here (unsure stays set until done), so that none goes
+   * to a session not registered yet. */
   pthread_mutex_lock (&r->redo);
-  if (!atomic_exchange (&r->unsure, false) || atomic_load (&r->lost))
+  if (!atomic_load (&r->unsure) || atomic_load (&r->lost))
     goto out;
   if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0) {
     lg_warn ("%s", err);
-    atomic_store (&r->unsure, true);
     goto out;
   }
   if (st.reserved && st.holder != r->key) {
@@ -370,13 +387,16 @@ redo (struct lg_reserve *r)
   else if (register_all (r, msg, sizeof msg) < 0
            || (!st.reserved
                && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) < 0)) {
-    if (errno == EPERM)
+    if (errno == EPERM) {
+      unregister_all (r);
       set_lost (r, "someone else reserved the LUN during a reconnection");
+    }
     else {
       lg_warn ("%s: registering again: %s", r->name, msg);
-      atomic_store (&r->unsure, true);
+      goto out;
     }
   }
+  atomic_store (&r->unsure, false);
 out:
   pthread_mutex_unlock (&r->redo);
 }

@@ -51,6 +51,8 @@ void lg_reserve_unsure (struct lg_reserve *r);
 
 /* A write came back with RESERVATION CONFLICT. */
 void lg_reserve_conflict (struct lg_reserve *r);
+/* A unit attention said the reservation was preempted or released. */
+void lg_reserve_taken (struct lg_reserve *r);
 
 /* Whether writes must fail (the reservation is lost): then msg says why,
  * naming the holder now (asked once, on the calling thread). */

@@ -758,10 +758,15 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     lg_error ("%s: cannot mount (is /dev/fuse usable?)", dir);
     goto out_destroy;
   }
-  if (ready && ready (fs, opaque) < 0)
-    goto out_unmount;
+  /* The handlers first: a signal while ready() waits (a claim waits for
+   * a holder that is closing) unmounts, rather than leaving the mount
+   * with nobody serving it. */
   if (fuse_set_signal_handlers (se) != 0)
     goto out_unmount;
+  if ((ready && ready (fs, opaque) < 0) || fuse_session_exited (se)) {
+    fuse_remove_signal_handlers (se);
+    goto out_unmount;
+  }
   if (bg >= 0)
     served (bg);
   cfg = fuse_loop_cfg_create ();

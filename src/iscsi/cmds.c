@@ -241,6 +241,24 @@ static bool
 unit_attention (struct lg_session *s, struct lg_cmd *cmd)
 {
   int asc = cmd->sense.ascq >> 8;
+  uint64_t lba, n;
+
+  /* RESERVATIONS PREEMPTED, RELEASED, REGISTRATIONS PREEMPTED: someone
+   * took the LUN (dev/reserve.h).  A write is not sent again: once the
+   * taker has released, nothing reserved would refuse it. */
+  if (cmd->sense.key == SCSI_SENSE_UNIT_ATTENTION
+      && (cmd->sense.ascq == 0x2a03 || cmd->sense.ascq == 0x2a04
+          || cmd->sense.ascq == 0x2a05)) {
+    if (s->shared && s->shared->pr_event)
+      s->shared->pr_event (s->shared->opaque, cmd->lun);
+    if (cmd->task && lg_cdb_write_range (cmd->task->cdb, &lba, &n)) {
+      cmd->status = SCSI_STATUS_RESERVATION_CONFLICT;
+      snprintf (cmd->msg, sizeof cmd->msg,
+                "the reservation was taken (unit attention 0x%04x)",
+                (unsigned) cmd->sense.ascq);
+      return false;
+    }
+  }
 
   if (cmd->sense.key != SCSI_SENSE_UNIT_ATTENTION || asc == 0x28
       || cmd->retries++ >= UA_RETRIES)

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,15 @@ struct lg_pool {
   pthread_mutex_t pin_lock;
   int *pins; /* lg_pool_pin, one entry a pin */
   size_t npins;
+  /* The last unit attention that took each LUN's reservation, by the
+   * number it had in pr_events. */
+  struct
+  {
+    int lun;
+    unsigned seq;
+  } taken[64];
+  size_t ntaken;
+  atomic_uint pr_events;
   char portal[300];
   char target[256];
   struct lg_session *s[];
@@ -73,6 +83,44 @@ always (void *opaque, int *luns, unsigned cap)
     luns[n++] = p->pins[i];
   pthread_mutex_unlock (&p->pin_lock);
   return n;
+}
+
+/* lg_shared.pr_event (a loop thread, its session's lock held). */
+static void
+pr_event (void *opaque, int lun)
+{
+  struct lg_pool *p = opaque;
+  size_t i;
+
+  pthread_mutex_lock (&p->pin_lock);
+  for (i = 0; i < p->ntaken && p->taken[i].lun != lun; i++)
+    ;
+  if (i == p->ntaken && p->ntaken < sizeof p->taken / sizeof p->taken[0])
+    p->taken[p->ntaken++].lun = lun;
+  if (i < p->ntaken)
+    p->taken[i].seq = atomic_fetch_add (&p->pr_events, 1) + 1;
+  else
+    atomic_fetch_add (&p->pr_events, 1);
+  pthread_mutex_unlock (&p->pin_lock);
+}
+
+unsigned
+lg_pool_pr_events (const struct lg_pool *p)
+{
+  return atomic_load (&((struct lg_pool *) p)->pr_events);
+}
+
+bool
+lg_pool_pr_taken (struct lg_pool *p, int lun, unsigned since)
+{
+  bool r = false;
+
+  pthread_mutex_lock (&p->pin_lock);
+  for (size_t i = 0; i < p->ntaken; i++)
+    r |= p->taken[i].lun == lun && p->taken[i].seq > since;
+  pthread_mutex_unlock (&p->pin_lock);
+  /* A full table forgets nothing it cannot hold: any event counts. */
+  return r || (p->ntaken == sizeof p->taken / sizeof p->taken[0]);
 }
 
 int
@@ -157,6 +205,7 @@ lg_pool_open (const struct lg_login *login, const char *portal,
   p->shared.fence = p->fence;
   p->shared.validate = validate;
   p->shared.always = always;
+  p->shared.pr_event = pr_event;
   p->shared.opaque = p;
   pthread_mutex_init (&p->watch_lock, NULL);
   pthread_mutex_init (&p->pin_lock, NULL);

@@ -49,6 +49,12 @@ void lg_pool_unwatch (struct lg_pool *p, void *opaque);
  * dev/iscsi.c).  -1 when out of memory. */
 int lg_pool_pin (struct lg_pool *p, int lun, bool on);
 
+/* Unit attentions that said a LUN's reservation was preempted or
+ * released: a counter (it changes at each), and whether lun had one
+ * after the counter read since. */
+unsigned lg_pool_pr_events (const struct lg_pool *p);
+bool lg_pool_pr_taken (struct lg_pool *p, int lun, unsigned since);
+
 /* Session i of the pool, or NULL. */
 struct lg_session *lg_pool_session (const struct lg_pool *p, unsigned i);
 

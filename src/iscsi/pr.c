@@ -19,36 +19,43 @@
 #include "util/fmt.h"
 
 #define KEY_MAGIC 0x4cull
-#define EPOCH_2020_MS 1577836800000ull
-#define MS_BITS 40
+#define EPOCH_2024 1704067200ull /* 2024-01-01 UTC */
+#define HOST_BITS 12
+#define SEC_BITS 28 /* seconds since 2024: until 2032-07 */
+#define RND_BITS 16
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static uint64_t my_key;
 static char my_host[256];
 
-static uint16_t
+static uint64_t
 host_hash (const char *host)
 {
   uint8_t h[crypto_generichash_BYTES_MIN];
 
   crypto_generichash (h, sizeof h, (const uint8_t *) host, strlen (host), NULL,
                       0);
-  return (uint16_t) (h[0] << 8 | h[1]);
+  return ((uint64_t) h[0] << 8 | h[1]) & ((1u << HOST_BITS) - 1);
 }
 
+/* 'L', a hash of the host name, the seconds since 2024 at the process's
+ * start, and random bits (two processes started in one second). */
 static void
 make_key (void)
 {
-  struct timespec ts;
-  uint64_t ms;
+  uint64_t now = (uint64_t) time (NULL), sec;
+  const char *forced = getenv ("LUNGATE_TEST_PR_KEY");
 
   if (gethostname (my_host, sizeof my_host - 1) != 0 || my_host[0] == '\0')
     snprintf (my_host, sizeof my_host, "localhost");
-  clock_gettime (CLOCK_REALTIME, &ts);
-  ms = (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-  ms = ms > EPOCH_2020_MS ? ms - EPOCH_2020_MS : 1;
-  my_key = KEY_MAGIC << 56 | (uint64_t) host_hash (my_host) << MS_BITS
-           | (ms & ((1ull << MS_BITS) - 1));
+  sec = now > EPOCH_2024 ? now - EPOCH_2024 : 0;
+  my_key = KEY_MAGIC << 56 | host_hash (my_host) << (SEC_BITS + RND_BITS)
+           | (sec & ((1ull << SEC_BITS) - 1)) << RND_BITS
+           | (randombytes_random () & ((1u << RND_BITS) - 1));
+  /* LUNGATE_TEST_PR_KEY: two processes with one key, as a collision
+   * would make them (test-reserve); never for use. */
+  if (forced && strtoull (forced, NULL, 16) != 0)
+    my_key = strtoull (forced, NULL, 16);
 }
 
 uint64_t
@@ -113,8 +120,8 @@ lg_pr_parse_keys (const uint8_t *d, size_t n, struct lg_pr_state *st)
 void
 lg_pr_describe_key (uint64_t key, char *buf, size_t len)
 {
-  uint64_t ms = (key & ((1ull << MS_BITS) - 1)) + EPOCH_2020_MS;
-  time_t t = (time_t) (ms / 1000);
+  time_t t
+      = (time_t) (((key >> RND_BITS) & ((1ull << SEC_BITS) - 1)) + EPOCH_2024);
   struct tm tm;
   char when[40] = "an unknown time";
 
@@ -125,7 +132,8 @@ lg_pr_describe_key (uint64_t key, char *buf, size_t len)
   }
   if (gmtime_r (&t, &tm))
     strftime (when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  if ((uint16_t) (key >> MS_BITS) == host_hash (my_host))
+  if (((key >> (SEC_BITS + RND_BITS)) & ((1u << HOST_BITS) - 1))
+      == host_hash (my_host))
     snprintf (buf, len, "a gateway on this host (%s) since %s", my_host, when);
   else
     snprintf (buf, len, "a gateway on another host since %s", when);

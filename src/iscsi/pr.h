@@ -10,10 +10,13 @@
  * has several; the All Registrants type reports no holder key, so a
  * refusal could not say who holds the LUN.
  *
- * The key says who made it: its top byte is 'L' (0x4c), the next two a
- * hash of the host name, the low five the milliseconds since 2020-01-01
- * UTC at which the gateway process made it.  So a restarted gateway is a
- * new holder, and a refusal can say "on this host" and since when.
+ * The key says who made it: its top byte is 'L' (0x4c), then 12 bits of
+ * a hash of the host name, 28 bits of the seconds since 2024-01-01 UTC
+ * at which the gateway process made it, and 16 random bits.  So a
+ * restarted gateway is a new holder, two gateways started in the same
+ * second almost surely differ (and a claim never takes a holder with its
+ * own key for itself: reserve.c), and a refusal can say "on this host"
+ * and since when.
  *
  * Pure functions here parse and describe; the commands go through
  * struct lg_lun_io (lun.h), so that they run on any session of a pool.

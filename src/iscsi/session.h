@@ -131,6 +131,10 @@ struct lg_shared {
   /* The LUNs (at most cap, in luns) that validate checks after every
    * login, whether or not anything was held for them; may be NULL. */
   unsigned (*always) (void *opaque, int *luns, unsigned cap);
+  /* A unit attention said the LUN's reservation was preempted or
+   * released (loop thread, s->lock held: it must not block); may be
+   * NULL. */
+  void (*pr_event) (void *opaque, int lun);
   void *opaque;
 };
 

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <string.h>
+#include <time.h>
 
 #include "iscsi/pr.h"
 
@@ -80,11 +81,22 @@ Test (pr, my_key_names_this_host)
 
   cr_assert_eq (k >> 56, 0x4c);
   cr_assert_eq (lg_pr_my_key (), k);
+  /* Made now: the time in it is today's. */
+  {
+    time_t t = time (NULL);
+    struct tm tm;
+    char day[16];
+
+    gmtime_r (&t, &tm);
+    strftime (day, sizeof day, "%Y-%m-%d", &tm);
+    lg_pr_describe_key (k, buf, sizeof buf);
+    cr_assert (strstr (buf, day), "%s", buf);
+  }
   lg_pr_describe_key (k, buf, sizeof buf);
   cr_assert (strstr (buf, "a gateway on this host (") == buf, "%s", buf);
   cr_assert (strstr (buf, " UTC"), "%s", buf);
   /* Another host: the hash differs. */
-  lg_pr_describe_key (k ^ (0xffffull << 40), buf, sizeof buf);
+  lg_pr_describe_key (k ^ (0xfffull << 44), buf, sizeof buf);
   cr_assert (strstr (buf, "a gateway on another host since 20") == buf, "%s",
              buf);
   lg_pr_describe_key (0x1234, buf, sizeof buf);
