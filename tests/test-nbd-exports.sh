@@ -78,4 +78,10 @@ expect_fail_with "LUN 7 does not exist" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/7" user=carol "password=+$pw" \
   --run 'true'
 expect_fail_with "invalid URL" "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" url=iscsi:/x --run true
+# A password in the URL works, with the warning the command gives
+# (issue 15, item 10).
+"${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=iscsi://carol%carol-secret-42@$TGT_PORTAL/$t/1" \
+  --run true 2>"$TGT_DIR/urlpw.log" || { cat "$TGT_DIR/urlpw.log"; fail "a password in the URL"; }
+grep -q "password in the URL is visible to other users" "$TGT_DIR/urlpw.log" \
+  || { cat "$TGT_DIR/urlpw.log"; fail "no warning for a password in the URL"; }
 echo "test-nbd-exports: ok"

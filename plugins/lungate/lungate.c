@@ -385,9 +385,14 @@ lungate_config_complete (void)
   if (purl.user && login.user == NULL
       && set_string (&login.user, purl.user) < 0)
     return -1;
-  if (purl.password && login.secret == NULL) {
-    login.secret = purl.password;
-    purl.password = NULL;
+  if (purl.password) {
+    /* As the command warns: the URL is in nbdkit's command line. */
+    nbdkit_error ("warning: a password in the URL is visible to other "
+                  "users in the process list: prefer password=+FILE");
+    if (login.secret == NULL) {
+      login.secret = purl.password;
+      purl.password = NULL;
+    }
   }
   if ((login.user == NULL) != (login.secret == NULL)) {
     nbdkit_error ("CHAP needs both user= and password=");
