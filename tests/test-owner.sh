@@ -22,6 +22,7 @@ img=$(tgt_lun_file 1 1)
 key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format"
 
+declare -A pid
 gw ()
 {
   local n=$1 s=$TGT_DIR/$1.sock
@@ -29,7 +30,7 @@ gw ()
   rm -f "$s"
   "${NBDKIT[@]}" -f -U "$s" "$LUNGATE_PLUGIN" "url=$url" "key-file=$key" "$@" \
     2>>"$TGT_DIR/$n.log" &
-  eval "pid_$n=$!"
+  pid[$n]=$!
   on_exit kill -9 "$!"
   for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
   fail "gateway $n did not start"
@@ -72,34 +73,34 @@ PY
 gw a
 io a write 1 11 >/dev/null || fail "the holder cannot write"
 "$LUNGATE" info "$url" >"$TGT_DIR/info"
-grep -q "^volume-owner: a gateway on host $(hostname) (pid $pid_a) since .* UTC, heartbeat [0-9]* s ago" "$TGT_DIR/info" \
+grep -q "^volume-owner: a gateway on host $(hostname) (pid ${pid[a]}) since .* UTC, heartbeat [0-9]* s ago" "$TGT_DIR/info" \
   || { cat "$TGT_DIR/info"; fail "info does not show the owner"; }
 grep -q "^reservation: no persistent reservations\|^reservation: not reserved" "$TGT_DIR/info" \
   || { cat "$TGT_DIR/info"; fail "a reservation was taken under LUNGATE_TEST_IGNORE_PR"; }
 gw b
 io b write 2 1 >/dev/null 2>&1 && fail "a second gateway wrote beside the owner"
-grep -q "in use by a gateway on host $(hostname) (pid $pid_a) since .*(owner record)" "$TGT_DIR/b.log" \
+grep -q "in use by a gateway on host $(hostname) (pid ${pid[a]}) since .*(owner record)" "$TGT_DIR/b.log" \
   || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the owner"; }
-nbd_stop "$pid_b"
+nbd_stop "${pid[b]}"
 expect_fail_with "in use by a gateway on host .*owner record" \
   "$LUNGATE" key add --key-file "$key" --new-key-file "$key" "$url"
 # 2. A live owner is not taken over.
 gw c takeover=true
 io c write 2 1 >/dev/null 2>&1 && fail "a live owner was taken over"
 grep -q "it is alive, not taken over" "$TGT_DIR/c.log" || { cat "$TGT_DIR/c.log"; fail "no reason given"; }
-nbd_stop "$pid_c"
+nbd_stop "${pid[c]}"
 io a write 2 12 >/dev/null || fail "the owner was disturbed"
 
 # 3. The owner is killed and its heartbeat ages: refused without
 # --takeover, taken over with it, nothing acknowledged lost.
-kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null
+kill -9 "${pid[a]}"; wait "${pid[a]}" 2>/dev/null
 edit age 100
 gw d
 io d write 3 1 >/dev/null 2>&1 && fail "a stale owner record was taken over without takeover=true"
 grep -q "its heartbeat stopped.*--takeover" "$TGT_DIR/d.log" || { cat "$TGT_DIR/d.log"; fail "no hint"; }
-nbd_stop "$pid_d"
+nbd_stop "${pid[d]}"
 gw e takeover=true
-[ "$(io e read 1)" = 11 ] && [ "$(io e read 2)" = 12 ] || fail "acknowledged data lost at the takeover"
+{ [ "$(io e read 1)" = 11 ] && [ "$(io e read 2)" = 12 ]; } || fail "acknowledged data lost at the takeover"
 io e write 3 13 >/dev/null || fail "the new owner cannot write"
 grep -q "took over the volume" "$TGT_DIR/e.log" || fail "the takeover was not said"
 
@@ -110,14 +111,14 @@ grep -q "lost the volume: the owner record names" "$TGT_DIR/e.log" || { cat "$TG
 r=$(io e write 4 1 2>/dev/null) && fail "a gateway whose record was taken still writes"
 [ "$r" = EPERM ] || fail "its write failed with $r, not EPERM"
 [ "$(io e read 3)" = 13 ] || fail "it cannot read any more"
-nbd_stop "$pid_e"
+nbd_stop "${pid[e]}"
 
 # 5. A clean close clears the record.
 edit key "$(printf '%d' 0x4c00000000000001)"
 edit age 100
 gw f takeover=true
 io f write 4 14 >/dev/null || fail "take over again"
-nbd_stop "$pid_f"
+nbd_stop "${pid[f]}"
 "$LUNGATE" info "$url" | grep -qx "volume-owner: none" || fail "a clean close did not clear the record"
 "$LUNGATE" verify --repair --key-file "$key" "$url" >/dev/null || fail "verify --repair"
 "$LUNGATE" verify --key-file "$key" "$url" >/dev/null || fail "verify"

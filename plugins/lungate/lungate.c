@@ -426,9 +426,9 @@ lungate_config_complete (void)
   "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
   "                     (-: prompt, +FILE, -FD).\n"                            \
-  "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"       \
-  "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n" \
-  "shared=true          Plain LUNs: take no exclusive write access (for\n"   \
+  "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
+  "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n"  \
+  "shared=true          Plain LUNs: take no exclusive write access (for\n"     \
   "                     cluster file systems; refused for lungate volumes)."
 
 static const struct lg_keysrc *

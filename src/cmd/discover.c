@@ -185,7 +185,8 @@ lg_cmd_discover (int argc, char **argv)
       goto out;
     }
   }
-  if ((status = lg_cmd_positionals ("discover", argc, argv, 1, "a portal URL")) != 0)
+  if ((status = lg_cmd_positionals ("discover", argc, argv, 1, "a portal URL"))
+      != 0)
     goto out;
   status = LG_EXIT_FAIL;
   if (lg_cmd_prepare (argv[optind], &u, &login) < 0)

@@ -225,8 +225,8 @@ lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
   int r = lg_login_option (l, c, arg);
 
   if (c == OPT_TAKEOVER || c == OPT_SHARED) {
-    lg_cmd_claim_flags |= c == OPT_TAKEOVER ? LG_CLAIM_TAKEOVER
-                                            : LG_CLAIM_SHARED;
+    lg_cmd_claim_flags
+        |= c == OPT_TAKEOVER ? LG_CLAIM_TAKEOVER : LG_CLAIM_SHARED;
     return 1;
   }
   if (r == 0 && keys)

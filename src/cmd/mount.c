@@ -448,7 +448,9 @@ lg_cmd_mount (int argc, char **argv)
       goto out;
     }
   }
-  if ((status = lg_cmd_positionals ("mount", argc, argv, 2, "a URL and a directory")) != 0)
+  if ((status
+       = lg_cmd_positionals ("mount", argc, argv, 2, "a URL and a directory"))
+      != 0)
     goto out;
   status = LG_EXIT_FAIL;
   if (allow_other && !default_perms) {
@@ -481,9 +483,8 @@ lg_cmd_mount (int argc, char **argv)
   if (fs == NULL)
     goto out;
   /* Sized for every option at once (64 bytes cut default_permissions). */
-  snprintf (mount_opts, sizeof mount_opts,
-            "fsname=%s,subtype=lungate%s%s%s", source,
-            fo.read_only ? ",ro" : "",
+  snprintf (mount_opts, sizeof mount_opts, "fsname=%s,subtype=lungate%s%s%s",
+            source, fo.read_only ? ",ro" : "",
             allow_other ? ",allow_other" : "",
             default_perms ? ",default_permissions" : "");
   fargv[fargc++] = (char *) "-o";

@@ -342,8 +342,10 @@ refresh_at_claim (struct cdev *x, char *err, size_t errlen)
     return -1;
   }
   if (sodium_memcmp (h.uuid, x->h.uuid, sizeof h.uuid) != 0) {
-    snprintf (err, errlen, "%s: the LUN holds another volume since it was "
-              "opened", x->dev.name);
+    snprintf (err, errlen,
+              "%s: the LUN holds another volume since it was "
+              "opened",
+              x->dev.name);
     errno = ESHUTDOWN;
     sodium_memzero (&h, sizeof h);
     return -1;
@@ -373,9 +375,9 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
 
   if (getenv ("LUNGATE_TEST_NO_OWNER"))
     return 2;
-  x->owner = lg_owner_claim (x->lower, x->dev.name,
-                             (flags & LG_CLAIM_TAKEOVER) != 0, &took, err,
-                             errlen);
+  x->owner
+      = lg_owner_claim (x->lower, x->dev.name, (flags & LG_CLAIM_TAKEOVER) != 0,
+                        &took, err, errlen);
   if (x->owner == NULL)
     return -1;
   if (took)

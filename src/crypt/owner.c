@@ -81,8 +81,7 @@ lg_owner_parse (const uint8_t *b, struct lg_owner_rec *r)
   r->since = get64 (b + 32);
   r->heartbeat = get64 (b + 40);
   for (int i = 0; i < LG_OWNER_HOST_MAX && b[48 + i]; i++)
-    r->host[i] = b[48 + i] >= 0x20 && b[48 + i] < 0x7f ? (char) b[48 + i]
-                                                       : '?';
+    r->host[i] = b[48 + i] >= 0x20 && b[48 + i] < 0x7f ? (char) b[48 + i] : '?';
   r->valid = r->key != 0;
 }
 
@@ -102,7 +101,8 @@ lg_owner_describe (const struct lg_owner_rec *r, char *buf, size_t len)
 
   if (gmtime_r (&t, &tm))
     strftime (when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  snprintf (buf, len, "a gateway on host %s (pid %" PRIu32
+  snprintf (buf, len,
+            "a gateway on host %s (pid %" PRIu32
             ") since %s, heartbeat %" PRIu64 " s ago",
             r->host[0] ? r->host : "?", r->pid, when,
             now > r->heartbeat ? now - r->heartbeat : 0);
@@ -298,14 +298,15 @@ lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
   for (int i = 0; i < 5 && r == 1; i++)
     r = try_claim (o, takeover, took, err, errlen);
   if (r == 1) {
-    snprintf (err, errlen, "%s: the owner record keeps changing: another "
-              "gateway is opening it too", name);
+    snprintf (err, errlen,
+              "%s: the owner record keeps changing: another "
+              "gateway is opening it too",
+              name);
     errno = EBUSY;
   }
-  if (r == 0 && (err_no = pthread_create (&o->thread, NULL, heartbeat, o))
-                    != 0) {
-    snprintf (err, errlen, "cannot start the heartbeat: %s",
-              strerror (err_no));
+  if (r == 0
+      && (err_no = pthread_create (&o->thread, NULL, heartbeat, o)) != 0) {
+    snprintf (err, errlen, "cannot start the heartbeat: %s", strerror (err_no));
     errno = err_no;
     r = -1;
   }

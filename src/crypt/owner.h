@@ -42,7 +42,7 @@ struct lg_owner_rec {
   bool valid; /* magic and checksum good, and held (key != 0) */
   uint64_t key;
   uint32_t pid;
-  uint64_t since, heartbeat; /* Unix seconds */
+  uint64_t since, heartbeat;        /* Unix seconds */
   char host[LG_OWNER_HOST_MAX + 1]; /* printable */
 };
 

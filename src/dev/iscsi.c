@@ -1052,8 +1052,7 @@ static int
 refused (struct idev *x)
 {
   char msg[512];
-  unsigned seen = atomic_load (&x->pr_seen),
-           now = lg_pool_pr_events (x->pool);
+  unsigned seen = atomic_load (&x->pr_seen), now = lg_pool_pr_events (x->pool);
 
   if (now != seen && atomic_compare_exchange_strong (&x->pr_seen, &seen, now)
       && lg_pool_pr_taken (x->pool, x->lun, seen))

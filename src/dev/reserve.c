@@ -40,8 +40,7 @@ struct lg_reserve {
 };
 
 static int
-pool_task (void *opaque, int lun, struct scsi_task *task, char *msg,
-           size_t len)
+pool_task (void *opaque, int lun, struct scsi_task *task, char *msg, size_t len)
 {
   return lg_pool_task (opaque, lun, task, msg, len);
 }
@@ -73,8 +72,8 @@ lg_reserve_new (struct lg_pool *p, int lun, const char *name)
 }
 
 int
-lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st,
-                 char *err, size_t errlen)
+lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st, char *err,
+                 size_t errlen)
 {
   struct lg_lun_io io = { pool_task, p, lg_pool_target (p) };
   char msg[256];
@@ -107,8 +106,8 @@ register_all (struct lg_reserve *r, char *msg, size_t len)
     else if (errno == EPERM)
       return -1;
     else
-      lg_debug ("%s: session %u registers after its next login: %s",
-                r->name, i, msg);
+      lg_debug ("%s: session %u registers after its next login: %s", r->name, i,
+                msg);
   }
   return done > 0 ? 0 : -1;
 }
@@ -154,12 +153,10 @@ take_over (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
 
   lg_pr_describe_key (st->holder, who, sizeof who);
   if (register_all (r, msg, sizeof msg) < 0
-      || lg_pr_preempt (&io, r->lun, r->key, st->holder, msg, sizeof msg)
-             < 0) {
+      || lg_pr_preempt (&io, r->lun, r->key, st->holder, msg, sizeof msg) < 0) {
     int e = errno;
 
-    snprintf (err, errlen, "%s: taking it over from %s: %s", r->name, who,
-              msg);
+    snprintf (err, errlen, "%s: taking it over from %s: %s", r->name, who, msg);
     errno = e == EPERM ? EBUSY : e;
     return -1;
   }
@@ -231,8 +228,8 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
 }
 
 int
-lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr,
-                  char *err, size_t errlen)
+lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
+                  size_t errlen)
 {
   struct lg_pr_state st;
   int ret;
@@ -292,8 +289,9 @@ lg_reserve_conflict (struct lg_reserve *r)
   int m = atomic_load (&r->mode);
 
   if (m == MODE_HELD || m == MODE_CLAIMING)
-    set_lost (r, "a write met RESERVATION CONFLICT, or a unit attention "
-                 "said it was taken");
+    set_lost (r,
+              "a write met RESERVATION CONFLICT, or a unit attention "
+              "said it was taken");
 }
 
 void
@@ -302,8 +300,9 @@ lg_reserve_taken (struct lg_reserve *r)
   int m = atomic_load (&r->mode);
 
   if (m == MODE_HELD || m == MODE_CLAIMING)
-    set_lost (r, "a unit attention said another initiator preempted or "
-                 "released it");
+    set_lost (r,
+              "a unit attention said another initiator preempted or "
+              "released it");
 }
 
 /* The target forgot every reservation (restarted): reserve again. */
@@ -327,8 +326,9 @@ reserve_again (struct lg_reserve *r, const struct lg_lun_io *io)
     if (lg_pr_unregister (io, r->lun, r->key, why, sizeof why) < 0)
       lg_debug ("%s: unregistering: %s", r->name, why);
     if (e == EPERM) {
-      set_lost (r, "someone else reserved the LUN when the target had "
-                   "forgotten ours");
+      set_lost (r,
+                "someone else reserved the LUN when the target had "
+                "forgotten ours");
       return 0;
     }
     lg_warn ("%s: reserving it again after the login: %s", r->name, msg);
@@ -412,8 +412,7 @@ after_login (struct lg_reserve *r, struct lg_session *s)
   if ((m != MODE_HELD && m != MODE_CLAIMING) || atomic_load (&r->lost))
     return 0;
   if (lg_pr_read (&io, r->lun, &st, msg, sizeof msg) < 0) {
-    lg_warn ("%s: checking the reservation after the login: %s", r->name,
-             msg);
+    lg_warn ("%s: checking the reservation after the login: %s", r->name, msg);
     return -2;
   }
   if (!st.supported) {

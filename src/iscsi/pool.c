@@ -41,8 +41,7 @@ struct lg_pool {
   size_t npins;
   /* The last unit attention that took each LUN's reservation, by the
    * number it had in pr_events. */
-  struct
-  {
+  struct {
     int lun;
     unsigned seq;
   } taken[64];

@@ -50,8 +50,8 @@ make_key (void)
     snprintf (my_host, sizeof my_host, "localhost");
   sec = now > EPOCH_2024 ? now - EPOCH_2024 : 0;
   my_key = KEY_MAGIC << 56 | host_hash (my_host) << (SEC_BITS + RND_BITS)
-           | (sec & ((1ull << SEC_BITS) - 1)) << RND_BITS
-           | (randombytes_random () & ((1u << RND_BITS) - 1));
+      | (sec & ((1ull << SEC_BITS) - 1)) << RND_BITS
+      | (randombytes_random () & ((1u << RND_BITS) - 1));
   /* LUNGATE_TEST_PR_KEY: two processes with one key, as a collision
    * would make them (test-reserve); never for use. */
   if (forced && strtoull (forced, NULL, 16) != 0)
@@ -69,7 +69,7 @@ static uint32_t
 be32 (const uint8_t *p)
 {
   return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
-         | p[3];
+      | p[3];
 }
 
 static uint64_t
@@ -176,8 +176,9 @@ lg_pr_describe (const struct lg_pr_state *st, char *buf, size_t len)
     o = (size_t) snprintf (buf, len, "%s", lg_pr_type_name (st->type));
   else {
     lg_pr_describe_key (st->holder, who, sizeof who);
-    o = (size_t) snprintf (buf, len, "%s by %s (reservation key 0x%016" PRIx64
-                           ")", lg_pr_type_name (st->type), who, st->holder);
+    o = (size_t) snprintf (buf, len,
+                           "%s by %s (reservation key 0x%016" PRIx64 ")",
+                           lg_pr_type_name (st->type), who, st->holder);
   }
   for (unsigned i = 0; i < st->nkeys && o < len; i++) {
     bool dup = false;
@@ -275,13 +276,13 @@ lg_pr_register (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
                 size_t len)
 {
   return pr_out (io, lun,
-                 SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0,
-                 0, key, msg, len);
+                 SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, 0,
+                 key, msg, len);
 }
 
 int
-lg_pr_unregister (const struct lg_lun_io *io, int lun, uint64_t key,
-                  char *msg, size_t len)
+lg_pr_unregister (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+                  size_t len)
 {
   return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_REGISTER, 0, key, 0, msg,
                  len);
@@ -326,8 +327,8 @@ lg_pr_print_json (FILE *f, const struct lg_pr_state *st)
     fprintf (f, "null");
   if (st->reserved && st->holder) {
     lg_pr_describe_key (st->holder, who, sizeof who);
-    fprintf (f, ", \"holder\": \"0x%016" PRIx64 "\", \"holder_is\": ",
-             st->holder);
+    fprintf (f,
+             ", \"holder\": \"0x%016" PRIx64 "\", \"holder_is\": ", st->holder);
     lg_json_string (f, who);
   }
   else

@@ -37,12 +37,12 @@
 
 /* What PERSISTENT RESERVE IN says of a LUN. */
 struct lg_pr_state {
-  bool supported;    /* the LUN answered PERSISTENT RESERVE IN */
+  bool supported; /* the LUN answered PERSISTENT RESERVE IN */
   uint32_t generation;
   bool reserved;
-  uint64_t holder;   /* the reservation key; 0 for All Registrants types */
-  int type;          /* SPC type code, 0 when not reserved */
-  unsigned nkeys;    /* registrations (the same key may repeat) */
+  uint64_t holder; /* the reservation key; 0 for All Registrants types */
+  int type;        /* SPC type code, 0 when not reserved */
+  unsigned nkeys;  /* registrations (the same key may repeat) */
   uint64_t keys[LG_PR_MAX_KEYS];
 };
 
@@ -81,8 +81,8 @@ int lg_pr_register (const struct lg_lun_io *io, int lun, uint64_t key,
                     char *msg, size_t len);
 int lg_pr_unregister (const struct lg_lun_io *io, int lun, uint64_t key,
                       char *msg, size_t len);
-int lg_pr_reserve (const struct lg_lun_io *io, int lun, uint64_t key,
-                   char *msg, size_t len);
+int lg_pr_reserve (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+                   size_t len);
 int lg_pr_preempt (const struct lg_lun_io *io, int lun, uint64_t key,
                    uint64_t victim, char *msg, size_t len);
 int lg_pr_clear (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,

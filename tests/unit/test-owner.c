@@ -26,8 +26,9 @@ Test (owner, round_trip)
   cr_assert_eq (r.heartbeat, rec.heartbeat);
   cr_assert_str_eq (r.host, "nas-client");
   lg_owner_describe (&r, buf, sizeof buf);
-  cr_assert (strstr (buf, "a gateway on host nas-client (pid 4242) since "
-                          "2025-12-01 10:00 UTC, heartbeat ")
+  cr_assert (strstr (buf,
+                     "a gateway on host nas-client (pid 4242) since "
+                     "2025-12-01 10:00 UTC, heartbeat ")
                  == buf,
              "%s", buf);
 }

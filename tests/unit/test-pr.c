@@ -114,15 +114,17 @@ Test (pr, describe)
   st.nkeys = 3;
   st.keys[0] = 0x10, st.keys[1] = 0x10, st.keys[2] = 0x20;
   lg_pr_describe (&st, buf, sizeof buf);
-  cr_assert_str_eq (buf, "not reserved; registered: 0x0000000000000010, "
-                         "0x0000000000000020");
+  cr_assert_str_eq (buf,
+                    "not reserved; registered: 0x0000000000000010, "
+                    "0x0000000000000020");
   st.reserved = true;
   st.type = 5;
   st.holder = 0x10;
   lg_pr_describe (&st, buf, sizeof buf);
-  cr_assert (strstr (buf, "Write Exclusive, Registrants Only by an initiator "
-                          "other than lungate (reservation key "
-                          "0x0000000000000010)")
+  cr_assert (strstr (buf,
+                     "Write Exclusive, Registrants Only by an initiator "
+                     "other than lungate (reservation key "
+                     "0x0000000000000010)")
                  == buf,
              "%s", buf);
   /* A small buffer is cut, never overrun. */

@@ -52,8 +52,7 @@ Test (progress, rate_eta_hint)
 {
   char *out = run (slow);
 
-  cr_assert (strstr (out, "format: sealing units: 0% (1/100000)\n"), "%s",
-             out);
+  cr_assert (strstr (out, "format: sealing units: 0% (1/100000)\n"), "%s", out);
   cr_assert (!strstr (out, "(5/100000"), "%s", out);
   cr_assert (strstr (out, "format: sealing units: 10% (10001/100000, "), "%s",
              out);
