@@ -119,3 +119,45 @@ nbd_run ()
     "${NBDKIT[@]}" -U - "${opts[@]}" "$LUNGATE_PLUGIN" "${params[@]}" \
     --run "$cmd"
 }
+
+# ---------------------------------------------------------------------------
+# Gateways by name, for tests that run several at once (test-reserve,
+# test-owner).  nbd_gw NAME PARAMS...: the plugin in the background on
+# $TGT_DIR/NAME.sock (its stderr in $TGT_DIR/NAME.log, its pid in
+# NBD_GW[NAME]; with NBD_GW_RO set, nbdkit -r), killed at exit.  Call it
+# in the test's own shell.
+declare -A NBD_GW
+nbd_gw ()
+{
+  local n=$1 s=$TGT_DIR/$1.sock
+  shift
+  rm -f "$s"
+  "${NBDKIT[@]}" ${NBD_GW_RO:+-r} -f -U "$s" "$LUNGATE_PLUGIN" "$@" \
+    2>>"$TGT_DIR/$n.log" &
+  # shellcheck disable=SC2034 # read by the tests
+  NBD_GW[$n]=$!
+  on_exit kill -9 "$!"
+  for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
+  fail "gateway $n did not start"
+}
+
+# nbd_io NAME write|read UNIT [BYTE]: through gateway NAME, write (and
+# flush) 4 KiB unit UNIT full of BYTE, or read it and print its first
+# byte; on an NBD error print its errno (EPERM, ...) and exit 3.
+nbd_io ()
+{
+  env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "$2" "$3" "${4:-0}" <<'PY'
+import nbd, sys
+sock, op, u, b = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+try:
+    h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sock)
+    if op == "write":
+        h.pwrite(bytes([b]) * 4096, u * 4096); h.flush()
+    else:
+        print(h.pread(4096, u * 4096)[0])
+except nbd.Error as e:
+    print("nbd error:", e.errno or e.string, file=sys.stderr)
+    print(e.errno or "error")
+    sys.exit(3)
+PY
+}

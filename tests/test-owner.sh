@@ -22,34 +22,8 @@ img=$(tgt_lun_file 1 1)
 key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format"
 
-declare -A pid
-gw ()
-{
-  local n=$1 s=$TGT_DIR/$1.sock
-  shift
-  rm -f "$s"
-  "${NBDKIT[@]}" -f -U "$s" "$LUNGATE_PLUGIN" "url=$url" "key-file=$key" "$@" \
-    2>>"$TGT_DIR/$n.log" &
-  pid[$n]=$!
-  on_exit kill -9 "$!"
-  for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
-  fail "gateway $n did not start"
-}
-io ()   # io NAME write|read UNIT [BYTE]: prints the byte read, or the errno
-{
-  env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "$2" "$3" "${4:-0}" <<'PY'
-import nbd, sys
-sock, op, u, b = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-try:
-    h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sock)
-    if op == "write":
-        h.pwrite(bytes([b]) * 4096, u * 4096); h.flush()
-    else:
-        print(h.pread(4096, u * 4096)[0])
-except nbd.Error as e:
-    print(e.errno or "error"); sys.exit(3)
-PY
-}
+gw () { nbd_gw "$1" "url=$url" "key-file=$key" "${@:2}"; }
+io () { nbd_io "$@"; }
 # edit KEY|AGE VALUE: rewrite the owner record in the backing file (the
 # record at 128 KiB, BLAKE2b-256 checksum over its first 4064 bytes).
 edit ()
@@ -73,32 +47,32 @@ PY
 gw a
 io a write 1 11 >/dev/null || fail "the holder cannot write"
 "$LUNGATE" info "$url" >"$TGT_DIR/info"
-grep -q "^volume-owner: a gateway on host $(hostname) (pid ${pid[a]}) since .* UTC, heartbeat [0-9]* s ago" "$TGT_DIR/info" \
+grep -q "^volume-owner: a gateway on host $(hostname) (pid ${NBD_GW[a]}) since .* UTC, heartbeat [0-9]* s ago" "$TGT_DIR/info" \
   || { cat "$TGT_DIR/info"; fail "info does not show the owner"; }
 grep -q "^reservation: no persistent reservations\|^reservation: not reserved" "$TGT_DIR/info" \
   || { cat "$TGT_DIR/info"; fail "a reservation was taken under LUNGATE_TEST_IGNORE_PR"; }
 gw b
 io b write 2 1 >/dev/null 2>&1 && fail "a second gateway wrote beside the owner"
-grep -q "in use by a gateway on host $(hostname) (pid ${pid[a]}) since .*(owner record)" "$TGT_DIR/b.log" \
+grep -q "in use by a gateway on host $(hostname) (pid ${NBD_GW[a]}) since .*(owner record)" "$TGT_DIR/b.log" \
   || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the owner"; }
-nbd_stop "${pid[b]}"
+nbd_stop "${NBD_GW[b]}"
 expect_fail_with "in use by a gateway on host .*owner record" \
   "$LUNGATE" key add --key-file "$key" --new-key-file "$key" "$url"
 # 2. A live owner is not taken over.
 gw c takeover=true
 io c write 2 1 >/dev/null 2>&1 && fail "a live owner was taken over"
 grep -q "it is alive, not taken over" "$TGT_DIR/c.log" || { cat "$TGT_DIR/c.log"; fail "no reason given"; }
-nbd_stop "${pid[c]}"
+nbd_stop "${NBD_GW[c]}"
 io a write 2 12 >/dev/null || fail "the owner was disturbed"
 
 # 3. The owner is killed and its heartbeat ages: refused without
 # --takeover, taken over with it, nothing acknowledged lost.
-kill -9 "${pid[a]}"; wait "${pid[a]}" 2>/dev/null
+kill -9 "${NBD_GW[a]}"; wait "${NBD_GW[a]}" 2>/dev/null
 edit age 100
 gw d
 io d write 3 1 >/dev/null 2>&1 && fail "a stale owner record was taken over without takeover=true"
 grep -q "its heartbeat stopped.*--takeover" "$TGT_DIR/d.log" || { cat "$TGT_DIR/d.log"; fail "no hint"; }
-nbd_stop "${pid[d]}"
+nbd_stop "${NBD_GW[d]}"
 gw e takeover=true
 { [ "$(io e read 1)" = 11 ] && [ "$(io e read 2)" = 12 ]; } || fail "acknowledged data lost at the takeover"
 io e write 3 13 >/dev/null || fail "the new owner cannot write"
@@ -111,14 +85,14 @@ grep -q "lost the volume: the owner record names" "$TGT_DIR/e.log" || { cat "$TG
 r=$(io e write 4 1 2>/dev/null) && fail "a gateway whose record was taken still writes"
 [ "$r" = EPERM ] || fail "its write failed with $r, not EPERM"
 [ "$(io e read 3)" = 13 ] || fail "it cannot read any more"
-nbd_stop "${pid[e]}"
+nbd_stop "${NBD_GW[e]}"
 
 # 5. A clean close clears the record.
 edit key "$(printf '%d' 0x4c00000000000001)"
 edit age 100
 gw f takeover=true
 io f write 4 14 >/dev/null || fail "take over again"
-nbd_stop "${pid[f]}"
+nbd_stop "${NBD_GW[f]}"
 "$LUNGATE" info "$url" | grep -qx "volume-owner: none" || fail "a clean close did not clear the record"
 "$LUNGATE" verify --repair --key-file "$key" "$url" >/dev/null || fail "verify --repair"
 "$LUNGATE" verify --key-file "$key" "$url" >/dev/null || fail "verify"

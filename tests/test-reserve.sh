@@ -27,39 +27,8 @@ plain="iscsi://$TGT_PORTAL/$t/2"
 key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format"
 
-# gw NAME PARAMS...: a gateway in the background on $TGT_DIR/NAME.sock.
-declare -A pid
-gw ()
-{
-  local n=$1 s=$TGT_DIR/$1.sock
-  shift
-  rm -f "$s"
-  "${NBDKIT[@]}" ${GW_RO:+-r} -f -U "$s" "$LUNGATE_PLUGIN" "$@" 2>>"$TGT_DIR/$n.log" &
-  pid[$n]=$!
-  on_exit kill -9 "$!"
-  for _ in $(seq 100); do [ -S "$s" ] && return 0; sleep 0.1; done
-  fail "gateway $n did not start"
-}
-# io NAME OP UNIT [BYTE]: through gateway NAME: write (and flush) unit
-# UNIT full of BYTE, or read it and print its first byte; exit 3 on an
-# NBD error, printing its errno.
-io ()
-{
-  env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "$2" "$3" "${4:-0}" <<'PY'
-import nbd, sys
-sock, op, u, b = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-try:
-    h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sock)
-    if op == "write":
-        h.pwrite(bytes([b]) * 4096, u * 4096); h.flush()
-    else:
-        print(h.pread(4096, u * 4096)[0])
-except nbd.Error as e:
-    print("nbd error:", e.errno or e.string, file=sys.stderr)
-    print(e.errno or "error")
-    sys.exit(3)
-PY
-}
+gw () { nbd_gw "$@"; }
+io () { nbd_io "$@"; }
 
 # 1. A second gateway on the encrypted LUN is refused; the first goes on.
 gw a "url=$url" "key-file=$key"
@@ -69,7 +38,7 @@ r=$(io b write 1 99 2>/dev/null) && fail "a second gateway wrote to a held LUN"
 grep -q "in use by a gateway on this host .* since .*(reservation key 0x4c" "$TGT_DIR/b.log" \
   || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the holder"; }
 grep -q -- "--takeover" "$TGT_DIR/b.log" || fail "the refusal does not say what to do"
-nbd_stop "${pid[b]}"
+nbd_stop "${NBD_GW[b]}"
 io a write 2 18 >/dev/null || fail "the first gateway was disturbed by the second"
 [ "$(io a read 1)" = 17 ] || fail "unit 1 lost the first gateway's data"
 
@@ -96,10 +65,10 @@ grep -q "^reservation: Write Exclusive, Registrants Only by a gateway on this ho
 
 # 4. kill -9 of the holder: refused without --takeover, served with it;
 # what was acknowledged is there, and verify is clean after a repair.
-kill -9 "${pid[a]}"; wait "${pid[a]}" 2>/dev/null
+kill -9 "${NBD_GW[a]}"; wait "${NBD_GW[a]}" 2>/dev/null
 gw c "url=$url" "key-file=$key"
 io c write 3 1 >/dev/null 2>&1 && fail "a dead holder's LUN was opened without --takeover"
-nbd_stop "${pid[c]}"
+nbd_stop "${NBD_GW[c]}"
 gw d "url=$url" "key-file=$key" takeover=true
 { [ "$(io d read 1)" = 17 ] && [ "$(io d read 2)" = 18 ]; } || fail "acknowledged data lost at the takeover"
 io d write 3 19 >/dev/null || fail "the gateway that took over cannot write"
@@ -120,7 +89,7 @@ grep -q "held now: .*reservation key 0x4c" "$TGT_DIR/d.log" \
   || { cat "$TGT_DIR/d.log"; fail "the preempted gateway does not name the holder now"; }
 [ "$(io d read 3)" = 19 ] || fail "a preempted gateway cannot read"
 io e write 4 21 >/dev/null || fail "the new holder cannot write"
-nbd_stop "${pid[d]}"
+nbd_stop "${NBD_GW[d]}"
 
 # 6. The target restarts and forgets every reservation: the holder takes
 # it again before it writes, and a second gateway is still refused.
@@ -129,8 +98,8 @@ io e write 5 22 >/dev/null || { grep -v "stats (exit)" "$TGT_DIR/e.log"; fail "t
 grep -q "reserved it again" "$TGT_DIR/e.log" || { cat "$TGT_DIR/e.log"; fail "the holder did not reserve again"; }
 gw f "url=$url" "key-file=$key"
 io f write 6 1 >/dev/null 2>&1 && fail "a second gateway wrote after the target restarted"
-nbd_stop "${pid[f]}"
-nbd_stop "${pid[e]}"
+nbd_stop "${NBD_GW[f]}"
+nbd_stop "${NBD_GW[e]}"
 for u in 1:17 2:18 3:19 4:21 5:22; do
   [ "$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
     "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, ${u%:*} * 4096)[0])" '$uri')" = "${u#*:}" ] \
@@ -145,11 +114,11 @@ gw s1 "url=$plain" shared=true
 gw s2 "url=$plain" shared=true
 { io s1 write 1 5 >/dev/null && io s2 write 2 6 >/dev/null; } || fail "shared gateways cannot both write"
 [ "$(io s1 read 2)" = 6 ] || fail "a shared gateway does not see the other's write"
-nbd_stop "${pid[s1]}"; nbd_stop "${pid[s2]}"
+nbd_stop "${NBD_GW[s1]}"; nbd_stop "${NBD_GW[s2]}"
 gw s3 "url=$url" "key-file=$key" shared=true
 io s3 write 1 1 >/dev/null 2>&1 && fail "shared=true wrote to a lungate volume"
 grep -q "cannot be shared: it has one writer" "$TGT_DIR/s3.log" || { cat "$TGT_DIR/s3.log"; fail "no reason for refusing shared=true"; }
-nbd_stop "${pid[s3]}"
+nbd_stop "${NBD_GW[s3]}"
 # 8. A plugin started (the volume read clean) before another gateway
 # wrote and was killed, and the target then restarted (forgetting that
 # reservation): its first writable connection claims the LUN and must
@@ -162,13 +131,13 @@ wt="iscsi://$TGT_PORTAL/$t/3"
 gw p0 "url=$wt" "key-file=$key"
 gw p1 "url=$wt" "key-file=$key"
 io p1 write 7 23 >/dev/null || fail "p1 cannot write"
-kill -9 "${pid[p1]}"; wait "${pid[p1]}" 2>/dev/null
+kill -9 "${NBD_GW[p1]}"; wait "${NBD_GW[p1]}" 2>/dev/null
 "$LUNGATE" info "$wt" | grep -q "^volume-state: dirty" || fail "not dirty after kill -9 of p1"
 tgt_restart
 io p0 write 8 24 >/dev/null || fail "p0 cannot write after the restart"
 grep -q "left dirty since it was opened" "$TGT_DIR/p0.log" \
   || { cat "$TGT_DIR/p0.log"; fail "p0 did not see the volume dirty at its claim"; }
-nbd_stop "${pid[p0]}"
+nbd_stop "${NBD_GW[p0]}"
 "$LUNGATE" info "$wt" | grep -q "^volume-state: dirty" \
   || fail "p0's clean stop marked a volume clean that p1 left dirty"
 # 9. (From the hostile review.)  A holder that sits idle while another
@@ -180,23 +149,23 @@ gw i1 "url=$plain"
 io i1 write 1 31 >/dev/null || fail "i1 cannot write"
 gw i2 "url=$plain" takeover=true
 io i2 write 1 32 >/dev/null || fail "i2 cannot write"
-nbd_stop "${pid[i2]}"
+nbd_stop "${NBD_GW[i2]}"
 r=$(io i1 write 1 33 2>/dev/null) && fail "a preempted gateway wrote after its preempter closed"
 [ "$r" = EPERM ] || fail "the preempted gateway's write failed with $r, not EPERM"
 [ "$(io i1 read 1)" = 32 ] || fail "the preempter's acknowledged write was lost"
-nbd_stop "${pid[i1]}"
+nbd_stop "${NBD_GW[i1]}"
 
 # 10. A reader (nbdkit -r) beside the writer of a volume reads what the
 # writer wrote after the reader had read the unit (not zeroes from its
 # cached metadata).
 gw w "url=$url" "key-file=$key"
 io w write 1 41 >/dev/null || fail "w cannot write"
-GW_RO=1 gw r "url=$url" "key-file=$key"
+NBD_GW_RO=1 gw r "url=$url" "key-file=$key"
 [ "$(io r read 1)" = 41 ] || fail "the reader does not read unit 1"
 { io w write 1 42 >/dev/null && io w write 2 43 >/dev/null; } || fail "w cannot write again"
 { [ "$(io r read 1)" = 42 ] && [ "$(io r read 2)" = 43 ]; } \
   || fail "a reader beside the writer does not read the writer's new data"
-nbd_stop "${pid[r]}"; nbd_stop "${pid[w]}"
+nbd_stop "${NBD_GW[r]}"; nbd_stop "${NBD_GW[w]}"
 
 # 11. Two gateways that made the same key (started in the same second
 # with the same random bits: LUNGATE_TEST_PR_KEY forces it): the second
@@ -205,7 +174,7 @@ LUNGATE_TEST_PR_KEY=0x4c00000000001234 gw k1 "url=$plain"
 io k1 write 1 51 >/dev/null || fail "k1 cannot write"
 LUNGATE_TEST_PR_KEY=0x4c00000000001234 gw k2 "url=$plain"
 io k2 write 2 52 >/dev/null 2>&1 && fail "a gateway with the holder's key wrote beside it"
-nbd_stop "${pid[k2]}"; nbd_stop "${pid[k1]}"
+nbd_stop "${NBD_GW[k2]}"; nbd_stop "${NBD_GW[k1]}"
 # And started at the same moment, a writable connection to each at once:
 # one writes, the other is refused, every round.
 for i in 1 2 3; do
