@@ -94,7 +94,12 @@ nbd_stop "${NBD_GW[d]}"
 # 6. The target restarts and forgets every reservation: the holder takes
 # it again before it writes, and a second gateway is still refused.
 tgt_restart
-io e write 5 22 >/dev/null || { grep -v "stats (exit)" "$TGT_DIR/e.log"; fail "the holder cannot write after the target restarted"; }
+# (Over tgt's volatile cache the first flush after the sessions log in
+# again may report EIO once, when a login came while a write was in
+# flight: lungate-format(5), "Target power loss".  Then it is written
+# again.)
+io e write 5 22 >/dev/null || io e write 5 22 >/dev/null \
+  || { grep -v "stats (exit)" "$TGT_DIR/e.log"; fail "the holder cannot write after the target restarted"; }
 grep -q "reserved it again" "$TGT_DIR/e.log" || { cat "$TGT_DIR/e.log"; fail "the holder did not reserve again"; }
 gw f "url=$url" "key-file=$key"
 io f write 6 1 >/dev/null 2>&1 && fail "a second gateway wrote after the target restarted"
