@@ -58,8 +58,8 @@ t4=iqn.2026-11.org.lungate:tree-four
 tgt_add_target 4 "$t4"
 tgt_add_lun 4 1 8M
 tgt_allow 4 ALL
-"$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t4" "$TGT_DIR/m2" 2>"$TGT_DIR/m2.log" &
 mkdir -p "$TGT_DIR/m2"
+"$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t4" "$TGT_DIR/m2" 2>"$TGT_DIR/m2.log" &
 pid2=$!
 for _ in $(seq 100); do mountpoint -q "$TGT_DIR/m2" && break; sleep 0.1; done
 mountpoint -q "$TGT_DIR/m2" || { cat "$TGT_DIR/m2.log"; fail "mount -f"; }
