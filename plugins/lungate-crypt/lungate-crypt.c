@@ -130,8 +130,11 @@ next_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   while (count > 0) {
     uint32_t n = count < CHUNK ? (uint32_t) count : CHUNK;
 
-    if (tls_next->zero (tls_next, n, off,
-                        (flags & LG_MAY_TRIM) ? NBDKIT_FLAG_MAY_TRIM : 0, &err)
+    if (tls_next->zero (
+            tls_next, n, off,
+            ((flags & LG_MAY_TRIM) ? NBDKIT_FLAG_MAY_TRIM : 0)
+                | ((flags & LG_FAST_ZERO) ? NBDKIT_FLAG_FAST_ZERO : 0),
+            &err)
         == -1) {
       errno = err ? err : EIO;
       return -1;
@@ -307,6 +310,7 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
   nextdev.max_io = CHUNK;
   nextdev.read_only = readonly || next->can_write (next) != 1;
   nextdev.can_zero = true;
+  nextdev.can_fast_zero = next->can_fast_zero (next) == 1;
   nextdev.can_fua = next->can_fua (next) != NBDKIT_FUA_NONE;
   /* NBD does not say whether the plugin below caches writes: if it can
    * flush, take it that it does (the crypt layer then orders its
@@ -379,9 +383,9 @@ crypt_can_zero (nbdkit_next *next, void *handle)
 static int
 crypt_can_fast_zero (nbdkit_next *next, void *handle)
 {
-  (void) next;
   (void) handle;
-  return 1;
+  /* The stored bytes of a ZERO unit are zeroed: fast only if below. */
+  return next->can_fast_zero (next);
 }
 
 static int

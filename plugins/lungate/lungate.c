@@ -779,14 +779,11 @@ static int
 lungate_can_fast_zero (void *handle)
 {
   struct handle *h = handle;
-  const struct lg_lun_info *li = &h->e->info;
 
-  /* On a lungate volume zeroing writes metadata only.  Otherwise fast
-   * only where WRITE SAME can deallocate; elsewhere zeroing is writing,
-   * and a fast-zero request fails at once with ENOTSUP. */
-  if (h->e->crypt)
-    return 1;
-  return h->dev->can_zero && li->lbprz;
+  /* Fast only where WRITE SAME can deallocate (on a lungate volume too:
+   * its stored bytes are zeroed under a ZERO slot); elsewhere zeroing is
+   * writing, and a fast-zero request fails at once with ENOTSUP. */
+  return h->dev->can_fast_zero;
 }
 
 static int
@@ -859,13 +856,22 @@ lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   return lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags));
 }
 
+struct extents_call {
+  struct nbdkit_extents *e;
+  bool holes_zero;
+};
+
 static int
 add_extent (void *opaque, uint64_t offset, uint64_t length, bool is_hole)
 {
-  struct nbdkit_extents *e = opaque;
+  const struct extents_call *c = opaque;
+  uint32_t type = 0;
 
-  return nbdkit_add_extent (
-      e, offset, length, is_hole ? NBDKIT_EXTENT_HOLE | NBDKIT_EXTENT_ZERO : 0);
+  /* A hole reads as zeroes only on an LBPRZ LUN; elsewhere copying tools
+   * must still read it. */
+  if (is_hole)
+    type = NBDKIT_EXTENT_HOLE | (c->holes_zero ? NBDKIT_EXTENT_ZERO : 0);
+  return nbdkit_add_extent (c->e, offset, length, type);
 }
 
 static int
@@ -874,8 +880,10 @@ lungate_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
 {
   struct handle *h = handle;
 
+  struct extents_call c = { e, h->dev->holes_zero };
+
   (void) flags;
-  return lg_dev_extents (h->dev, count, offset, add_extent, e);
+  return lg_dev_extents (h->dev, count, offset, add_extent, &c);
 }
 
 static void

@@ -477,6 +477,9 @@ init_dev (struct cdev *x)
   x->dev.read_only = lower->read_only;
   x->dev.can_trim = true;
   x->dev.can_zero = true;
+  /* A ZERO slot holds only over zeroed stored bytes (lungate-format(5)):
+   * fast only where the LUN zeroes them fast. */
+  x->dev.can_fast_zero = lower->can_fast_zero;
   x->dev.can_extents = false;
   x->dev.can_fua = true;
 }

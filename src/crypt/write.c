@@ -551,8 +551,12 @@ lgc_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 int
 lgc_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
-  if (flags & LG_FAST_ZERO) {
-    /* A metadata write per 42 units is fast; the data is left alone. */
+  /* The stored bytes under a ZERO slot are zeroed too: fast only where
+   * the LUN deallocates them (the lower device's WRITE SAME with UNMAP). */
+  if ((flags & LG_FAST_ZERO)
+      && (!d->can_fast_zero || !(flags & LG_MAY_TRIM))) {
+    errno = ENOTSUP;
+    return -1;
   }
   if (lgc_lower_check (to_cdev (d)) < 0 || lgc_ensure_dirty (to_cdev (d)) < 0)
     return -1;

@@ -57,8 +57,9 @@ struct lg_dev_stats {
   struct lg_hist latency; /* reads and writes, microseconds */
 };
 
-/* An extent callback: [offset, offset+length) is a hole (is_hole) or
- * data.  Return -1 to stop. */
+/* An extent callback: [offset, offset+length) is a hole (is_hole:
+ * deallocated; it reads as zeroes only where the device's holes_zero says
+ * so) or data.  Return -1 to stop. */
 typedef int lg_extent_fn (void *opaque, uint64_t offset, uint64_t length,
                           bool is_hole);
 
@@ -121,7 +122,11 @@ struct lg_dev {
   bool read_only;
   bool can_trim;
   bool can_zero; /* a native zeroing command exists */
+  /* Zeroing with LG_FAST_ZERO can succeed: a native command zeroes by
+   * deallocating (it may still fail with ENOTSUP, and then did nothing). */
+  bool can_fast_zero;
   bool can_extents;
+  bool holes_zero; /* deallocated blocks read as zeroes (LBPRZ) */
   bool can_fua;
   /* Acknowledged writes may sit in a cache that a power loss empties,
    * until a flush or a FUA write (the LUN reports WCE=1): the crypt layer

@@ -32,6 +32,9 @@
 /* When the LUN reports no limit, the size of one command. */
 #define DEFAULT_MAX_XFER (4u << 20)
 #define DEFAULT_MAX_WS_BLOCKS 32768u
+/* WRITE SAMEs refused in a row (INVALID FIELD and the like) before zeroing
+ * goes by writes for good. */
+#define WS_REFUSALS_MAX 8
 /* lg_dev_revalidate (a FUSE stat) probes the LUN at most this often even
  * when nothing said it changed: not every target reports a resize. */
 #define POLL_MS 3000
@@ -50,6 +53,8 @@ struct idev {
   uint32_t max_caw_blocks; /* 0: no COMPARE AND WRITE */
   bool dpofua;
   atomic_bool no_write_same; /* learned: the LUN rejects WRITE SAME */
+  atomic_bool no_ws_unmap;   /* learned: it rejects WRITE SAME's UNMAP bit */
+  atomic_uint ws_refusals;   /* WRITE SAMEs refused in a row (EINVAL) */
   atomic_bool no_lba_status; /* learned: the LUN rejects GET LBA STATUS */
   /* Revalidation: after a reconnection or a unit attention that says the
    * LUN may have changed, it is probed again before the next request. */
@@ -814,57 +819,93 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   return (flags & LG_FUA) ? idev_flush (d) : 0;
 }
 
+/* One WRITE SAME(16) of the zero block over cnt blocks at lba; 0, or the
+ * errno the status maps to (EINVAL, ENOTSUP: the LUN refused it). */
+static int
+write_same_once (struct idev *x, const uint8_t *zero, uint64_t lba,
+                 uint32_t cnt, bool unmap)
+{
+  struct lg_cmd cmd;
+  int bad;
+
+  memset (&cmd, 0, sizeof cmd);
+  cmd.kind = LG_CMD_SCSI;
+  cmd.lun = x->lun;
+  cmd.task = scsi_cdb_writesame16 (0, 0, unmap, lba, 0, cnt, x->bs);
+  if (cmd.task == NULL)
+    return ENOMEM;
+  cmd.iov.iov_base = (void *) zero;
+  cmd.iov.iov_len = x->bs;
+  lg_pool_exec (x->pool, &cmd);
+  bad = lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq);
+  if (bad && bad != EINVAL && bad != ENOTSUP) {
+    cmd_failed (x, &cmd, lba, cnt);
+    bad = errno;
+  }
+  else if (bad) {
+    char msg[256];
+
+    lg_cmd_errno (&cmd, msg, sizeof msg);
+    lg_debug ("%s: WRITE SAME(16) LBA %" PRIu64 "+%" PRIu32 "%s refused: %s",
+              x->dev.name, lba, cnt, unmap ? " (UNMAP)" : "", msg);
+  }
+  scsi_free_scsi_task (cmd.task);
+  return bad;
+}
+
+/* What a refusal teaches: an unknown opcode turns WRITE SAME off for good;
+ * INVALID FIELD and the like only fail this request (the caller writes
+ * zeroes instead), unless the LUN refuses every WRITE SAME it gets. */
+static void
+write_same_refused (struct idev *x, int bad)
+{
+  if (bad == ENOTSUP
+      || atomic_fetch_add (&x->ws_refusals, 1) + 1 >= WS_REFUSALS_MAX) {
+    if (!atomic_exchange (&x->no_write_same, true))
+      lg_info ("%s: the LUN refuses WRITE SAME: zeroing by writes from now on",
+               x->dev.name);
+  }
+}
+
 /* WRITE SAME(16) of a zero block over whole blocks, deallocating when
- * unmap is set. */
+ * unmap is set.  ENOTSUP: refused, nothing of the range is known zeroed
+ * beyond what returned; the caller writes zeroes. */
 static int
 write_same_blocks (struct idev *x, uint64_t lba, uint64_t nblocks, bool unmap)
 {
   uint8_t *zero = calloc (1, x->bs);
+  int bad = 0;
 
   if (zero == NULL)
     return -1;
-  while (nblocks > 0) {
-    uint64_t cnt = nblocks < x->max_ws_blocks ? nblocks : x->max_ws_blocks;
-    struct lg_cmd cmd;
-    int bad;
+  if (unmap && atomic_load (&x->no_ws_unmap))
+    unmap = false;
+  while (nblocks > 0 && bad == 0) {
+    uint32_t cnt
+        = (uint32_t) (nblocks < x->max_ws_blocks ? nblocks : x->max_ws_blocks);
 
-    memset (&cmd, 0, sizeof cmd);
-    cmd.kind = LG_CMD_SCSI;
-    cmd.lun = x->lun;
-    cmd.task
-        = scsi_cdb_writesame16 (0, 0, unmap, lba, 0, (uint32_t) cnt, x->bs);
-    if (cmd.task == NULL) {
-      free (zero);
-      return -1;
+    bad = write_same_once (x, zero, lba, cnt, unmap);
+    if (bad == EINVAL && unmap) {
+      /* Some targets take WRITE SAME but not its UNMAP bit. */
+      atomic_store (&x->no_ws_unmap, true);
+      unmap = false;
+      bad = write_same_once (x, zero, lba, cnt, false);
     }
-    cmd.iov.iov_base = zero;
-    cmd.iov.iov_len = x->bs;
-    lg_pool_exec (x->pool, &cmd);
-    bad = lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq);
     if (bad == EINVAL || bad == ENOTSUP) {
-      /* Not supported after all (tgt's WRITE SAME has limits of its own):
-       * remember, and let the caller write zeroes. */
-      lg_debug ("%s: WRITE SAME(16) refused, falling back to writes",
-                x->dev.name);
-      atomic_store (&x->no_write_same, true);
-      scsi_free_scsi_task (cmd.task);
-      free (zero);
-      errno = ENOTSUP;
-      return -1;
+      write_same_refused (x, bad);
+      bad = ENOTSUP;
     }
-    if (bad)
-      cmd_failed (x, &cmd, lba, cnt);
-    scsi_free_scsi_task (cmd.task);
-    if (bad) {
-      bad = errno;
-      free (zero);
-      errno = bad;
-      return -1;
+    else if (bad == 0) {
+      atomic_store (&x->ws_refusals, 0);
+      lba += cnt;
+      nblocks -= cnt;
     }
-    lba += cnt;
-    nblocks -= cnt;
   }
   free (zero);
+  if (bad) {
+    errno = bad;
+    return -1;
+  }
   return 0;
 }
 
@@ -1208,16 +1249,14 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   x->dev.ops = &idev_ops;
   x->dev.size = li->size;
   x->dev.block_size = x->bs;
-  x->dev.pref_block_size
-      = li->phys_block_size > x->bs ? li->phys_block_size : x->bs;
-  if (li->opt_gran_blocks > 0
-      && (uint64_t) li->opt_gran_blocks * x->bs <= (1u << 20))
-    x->dev.pref_block_size = li->opt_gran_blocks * x->bs;
+  x->dev.pref_block_size = lg_lun_pref_io (li);
   x->dev.max_io = x->max_blocks * x->bs;
   x->dev.read_only = read_only || li->write_protected;
   x->dev.can_trim = li->lbpu;
   x->dev.can_zero = li->lbpws;
+  x->dev.can_fast_zero = li->lbpws && li->lbprz;
   x->dev.can_extents = li->lbpme;
+  x->dev.holes_zero = li->lbprz;
   x->dev.can_fua = true;
   x->dev.volatile_cache = li->volatile_cache;
   if (li->write_protected && !read_only)

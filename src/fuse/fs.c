@@ -582,6 +582,7 @@ struct seek_state {
   int whence;
   uint64_t found;
   bool done;
+  bool holes_zero; /* else a hole is data to SEEK_HOLE (it may not read 0) */
 };
 
 static int
@@ -590,6 +591,7 @@ seek_extent (void *opaque, uint64_t off, uint64_t len, bool hole)
   struct seek_state *s = opaque;
   uint64_t a = off < s->from ? s->from : off;
 
+  hole = hole && s->holes_zero;
   if (a >= off + len)
     return 0;
   if ((s->whence == SEEK_DATA && !hole) || (s->whence == SEEK_HOLE && hole)) {
@@ -605,7 +607,7 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
           struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  struct seek_state s = { (uint64_t) off, whence, 0, false };
+  struct seek_state s = { (uint64_t) off, whence, 0, false, false };
 
   (void) fi;
   if (nd->dev == NULL || off < 0
@@ -617,6 +619,7 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
     fuse_reply_err (req, ENXIO);
     return;
   }
+  s.holes_zero = nd->dev->holes_zero;
   if (lg_dev_extents (nd->dev, nd->dev->size - (uint64_t) off, (uint64_t) off,
                       seek_extent, &s)
           < 0

@@ -630,6 +630,41 @@ lg_report_luns (struct lg_pool *p, int **luns, size_t *n, char *err,
   return lg_report_luns_io (&io, luns, n, err, errlen);
 }
 
+uint32_t
+lg_lun_pref_io (const struct lg_lun_info *li)
+{
+  uint64_t want = li->phys_block_size > li->block_size ? li->phys_block_size
+                                                       : li->block_size;
+  uint64_t pref = li->block_size;
+
+  if (li->opt_gran_blocks > 0
+      && (uint64_t) li->opt_gran_blocks * li->block_size > want)
+    want = (uint64_t) li->opt_gran_blocks * li->block_size;
+  if (want > LG_PREF_IO_MAX)
+    want = LG_PREF_IO_MAX;
+  /* nbdkit and FUSE take powers of 2 only: the largest that fits. */
+  while (pref * 2 <= want)
+    pref *= 2;
+  return (uint32_t) pref;
+}
+
+/* A descriptor of length 0 at a: tgt's 32-bit count of a run of a multiple
+ * of 2^32 blocks (2 TiB of 512-byte blocks).  The run goes on to where the
+ * next descriptor starts; with none after it, take one block and let the
+ * caller ask again from the next. */
+static uint64_t
+zero_length_end (const struct scsi_get_lba_status *st, uint32_t i, uint64_t a,
+                 uint64_t nblocks)
+{
+  if (i + 1 < st->num_descriptors) {
+    uint64_t next = st->descriptors[i + 1].lba;
+
+    if (next > a && next <= nblocks)
+      return next;
+  }
+  return a + 1;
+}
+
 uint64_t
 lg_lba_status_walk (const struct scsi_get_lba_status *st, uint64_t lba,
                     uint64_t end, uint64_t nblocks, uint32_t bs,
@@ -645,10 +680,10 @@ lg_lba_status_walk (const struct scsi_get_lba_status *st, uint64_t lba,
     uint64_t a = ds->lba, b;
 
     /* Hostile input: descriptors must move forward, inside the LUN. */
-    if (a != progress || a >= nblocks || ds->num_blocks == 0
-        || ds->num_blocks > nblocks - a)
+    if (a != progress || a >= nblocks || ds->num_blocks > nblocks - a)
       break;
-    b = a + ds->num_blocks;
+    b = ds->num_blocks ? a + ds->num_blocks
+                       : zero_length_end (st, i, a, nblocks);
     if (b > end)
       b = end;
     if (fn (opaque, a * bs, (b - a) * bs,

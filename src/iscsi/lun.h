@@ -116,10 +116,20 @@ int lg_report_luns_io (const struct lg_lun_io *io, int **luns, size_t *n,
  * ENOMEM when out of memory. */
 void *lg_datain_unmarshall (struct scsi_task *task);
 
+/* The preferred I/O size for a LUN: its physical block, or its optimal
+ * transfer granularity where larger, rounded down to a power of 2 (what
+ * nbdkit and FUSE accept: an odd but legal granularity such as 24 blocks
+ * gives 8 KiB of 512-byte blocks), at least the logical block and at most
+ * LG_PREF_IO_MAX. */
+#define LG_PREF_IO_MAX (1u << 20)
+uint32_t lg_lun_pref_io (const struct lg_lun_info *li);
+
 /* What the descriptors of a GET LBA STATUS reply starting at lba say about
  * blocks lba to end - 1 of a LUN of nblocks: fn is called for each run
  * (bytes, with block size bs), in order, while the descriptors are
- * well-formed (contiguous from lba, non-empty, inside the LUN).  Returns the
+ * well-formed (contiguous from lba, inside the LUN; a length of 0, tgt's
+ * for 2^32 blocks and more, ends where the next descriptor starts, or after
+ * one block).  Returns the
  * first block not described (lba when nothing usable came back); *stopped
  * is set when fn returned < 0. */
 uint64_t lg_lba_status_walk (const struct scsi_get_lba_status *st, uint64_t lba,

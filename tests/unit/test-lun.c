@@ -533,3 +533,72 @@ Test (lun, mode_sense_write_cache_enable)
   cr_assert_eq (lg_mode_wce (d, sizeof d), -1);
   cr_assert_eq (lg_mode_wce (d, 3), -1);
 }
+
+/* tgt counts a run in 32 bits: 2^32 blocks and more come as length 0. */
+Test (lun, lba_status_zero_length_run)
+{
+  uint64_t tb2 = (uint64_t) 1 << 32, n = (uint64_t) 1 << 35; /* 16 TiB */
+  struct scsi_lba_status_descriptor ds[2] = {
+    { 0, 0, SCSI_PROVISIONING_TYPE_DEALLOCATED },
+    { 3 * tb2, 8, SCSI_PROVISIONING_TYPE_MAPPED },
+  };
+  struct scsi_get_lba_status st = { 2, ds };
+  struct seen s = { .n = 0 };
+  bool stopped;
+
+  /* Followed by another descriptor: the run ends where that one starts. */
+  cr_assert_eq (lg_lba_status_walk (&st, 0, 3 * tb2 + 8, n, 512, record, &s,
+                                    &stopped),
+                3 * tb2 + 8);
+  cr_assert_eq (s.n, 2);
+  cr_assert_eq (s.off[0], 0);
+  cr_assert_eq (s.len[0], 3 * tb2 * 512);
+  cr_assert (s.hole[0]);
+  cr_assert (!s.hole[1]);
+
+  /* Alone (a hole to the end of the LUN): one block, then ask again. */
+  st.num_descriptors = 1;
+  s.n = 0;
+  cr_assert_eq (
+      lg_lba_status_walk (&st, 0, tb2 * 2, n, 512, record, &s, &stopped), 1);
+  cr_assert_eq (s.n, 1);
+  cr_assert (s.hole[0]);
+  cr_assert_eq (s.len[0], 512);
+
+  /* A next descriptor that goes backwards or past the LUN is no end. */
+  st.num_descriptors = 2;
+  ds[1].lba = n + 1;
+  s.n = 0;
+  cr_assert_eq (
+      lg_lba_status_walk (&st, 0, tb2, n, 512, record, &s, &stopped), 1);
+}
+
+static struct lg_lun_info
+geometry (uint32_t bs, uint32_t phys, uint32_t gran)
+{
+  struct lg_lun_info li;
+
+  memset (&li, 0, sizeof li);
+  li.block_size = bs;
+  li.phys_block_size = phys;
+  li.opt_gran_blocks = gran;
+  return li;
+}
+
+/* nbdkit 1.32 refuses a preferred block size that is not a power of 2. */
+Test (lun, preferred_io_is_a_power_of_two)
+{
+  struct lg_lun_info li = geometry (512, 4096, 24);
+
+  cr_assert_eq (lg_lun_pref_io (&li), 8192); /* 12 KiB granularity */
+  li = geometry (512, 512, 0);
+  cr_assert_eq (lg_lun_pref_io (&li), 512);
+  li = geometry (512, 4096, 0);
+  cr_assert_eq (lg_lun_pref_io (&li), 4096);
+  li = geometry (4096, 4096, 3);
+  cr_assert_eq (lg_lun_pref_io (&li), 8192);
+  li = geometry (512, 512, 0xffffffffu); /* absurd: capped */
+  cr_assert_eq (lg_lun_pref_io (&li), LG_PREF_IO_MAX);
+  li = geometry (512, 512, 2048);
+  cr_assert_eq (lg_lun_pref_io (&li), 1u << 20);
+}
