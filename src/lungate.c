@@ -103,7 +103,8 @@ main (int argc, char **argv)
   }
   lg_log_set_level (verbose < 0        ? LG_LOG_ERROR
                         : verbose == 0 ? LG_LOG_INFO
-                                       : LG_LOG_DEBUG);
+                        : verbose == 1 ? LG_LOG_DEBUG
+                                       : LG_LOG_TRACE);
   if (optind >= argc) {
     usage (stderr);
     return LG_EXIT_USAGE;

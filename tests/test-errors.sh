@@ -21,6 +21,17 @@ with_timeout 60 "$LUNGATE" info "${allowed[@]}" "$url/1" | grep -q "^size: 16777
 expect_fail_with "not authorized: its ACL does not admit initiator iqn.2026-11.org.lungate:intruder" \
   "$LUNGATE" info --initiator-name iqn.2026-11.org.lungate:intruder "$url/1"
 
+# -v adds debug messages, -v -v the trace of every command as well.
+d=$(scratch_dir)
+with_timeout 60 "$LUNGATE" info "${allowed[@]}" "$url/1" >/dev/null 2>"$d/v0" || fail "info"
+with_timeout 60 "$LUNGATE" -v info "${allowed[@]}" "$url/1" >/dev/null 2>"$d/v1" || fail "info -v"
+with_timeout 60 "$LUNGATE" -v -v info "${allowed[@]}" "$url/1" >/dev/null 2>"$d/v2" || fail "info -v -v"
+if grep -q "debug:\|trace:" "$d/v0"; then fail "info without -v prints debug messages"; fi
+grep -q "^lungate: debug: " "$d/v1" || fail "info -v prints no debug message"
+if grep -q "trace:" "$d/v1"; then fail "info -v already traces commands (that is -v -v)"; fi
+grep -q "^lungate: trace: .*: INQUIRY: GOOD" "$d/v2" \
+  || fail "info -v -v does not trace the commands"
+
 # No such target, no such LUN.
 expect_fail_with "iqn.2026-11.org.lungate:missing: target not found" \
   "$LUNGATE" info "${allowed[@]}" "iscsi://$TGT_PORTAL/iqn.2026-11.org.lungate:missing/1"

@@ -195,7 +195,7 @@ k0=$dir/k0; k1=$dir/k1
 head -c 32 /dev/urandom >"$k0"; head -c 32 /dev/urandom >"$k1"
 "$LUNGATE" format --force --key-file "$k0" "$portal/$base:plain/0" >/dev/null 2>&1 \
   || fail "format on istgt"
-"$LUNGATE" -v -v key add --key-file "$k0" --new-key-file "$k1" "$portal/$base:plain/0" \
+"$LUNGATE" -v key add --key-file "$k0" --new-key-file "$k1" "$portal/$base:plain/0" \
   >"$dir/keyadd.out" 2>"$dir/keyadd.err" || { cat "$dir/keyadd.err"; fail "key add on istgt"; }
 if grep -q "COMPARE AND WRITE" "$dir/keyadd.err"; then
   grep "COMPARE AND WRITE" "$dir/keyadd.err"; fail "istgt: COMPARE AND WRITE not used"

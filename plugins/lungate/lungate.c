@@ -178,7 +178,9 @@ static void
 lungate_load (void)
 {
   lg_log_set_sink (lg_nbdkit_log_sink);
-  lg_log_set_level (LG_LOG_INFO);
+  /* Debug messages go to nbdkit's debug channel (nbdkit -v); the trace
+   * of every command only with -D lungate.verbose=1. */
+  lg_log_set_level (LG_LOG_DEBUG);
   if (sodium_init () < 0)
     nbdkit_error ("cannot initialise libsodium");
   lg_login_init (&login);
@@ -455,7 +457,7 @@ lungate_get_ready (void)
   int r = 0;
 
   if (lungate_debug_verbose)
-    lg_log_set_level (LG_LOG_DEBUG);
+    lg_log_set_level (LG_LOG_TRACE);
 
   p = lg_pool_open (&login, portals, purl.target, 1, err, sizeof err);
   if (p == NULL) {

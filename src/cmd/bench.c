@@ -699,12 +699,10 @@ lg_cmd_bench (int argc, char **argv)
                              "over the LUN: add --write");
     goto out;
   }
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+  if ((status = lg_cmd_prepare_lun ("bench", argv[optind], &u, &login, NULL))
+      != 0)
     goto out;
-  if (u.kind != LG_URL_LUN) {
-    lg_error ("invalid URL '%s': bench needs a LUN URL", argv[optind]);
-    goto out;
-  }
+  status = LG_EXIT_FAIL;
   raw = lg_cmd_open_lun (&u, &login, connections, !write);
   if (raw == NULL)
     goto out;

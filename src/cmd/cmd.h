@@ -119,8 +119,16 @@ struct lg_dev *lg_cmd_open_lun (const struct lg_url *u,
 int lg_login_option (struct lg_login *l, int c, const char *arg);
 
 /* Parses url and completes the login with what the URL carries; checks
- * the options make sense together.  -1 with the problem reported. */
+ * the options make sense together.  0, or LG_EXIT_USAGE (a malformed URL,
+ * options that do not go together) or LG_EXIT_FAIL, with the problem
+ * reported. */
 int lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l);
+
+/* As lg_cmd_prepare, for commands that work on one LUN: arg must be a LUN
+ * URL; or, where path is not NULL, a name without "://" is a file or a
+ * block device, and *path is set to it (else to NULL). */
+int lg_cmd_prepare_lun (const char *cmd, const char *arg, struct lg_url *u,
+                        struct lg_login *l, const char **path);
 
 /* After getopt (which takes options anywhere, up to "--"): exactly want
  * arguments remain, else "unexpected argument 'X'" or "expected WHAT" and

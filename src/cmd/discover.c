@@ -188,13 +188,14 @@ lg_cmd_discover (int argc, char **argv)
   if ((status = lg_cmd_positionals ("discover", argc, argv, 1, "a portal URL"))
       != 0)
     goto out;
-  status = LG_EXIT_FAIL;
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+  if ((status = lg_cmd_prepare (argv[optind], &u, &login)) != 0)
     goto out;
+  status = LG_EXIT_FAIL;
   if (u.kind == LG_URL_LUN) {
     lg_error ("discover takes a portal or target URL, not a LUN: use "
               "'lungate info %s'",
               argv[optind]);
+    status = LG_EXIT_USAGE;
     goto out;
   }
 

@@ -172,12 +172,10 @@ lg_cmd_format (int argc, char **argv)
                              "--passphrase-file");
     goto out;
   }
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+  if ((status = lg_cmd_prepare_lun ("format", argv[optind], &u, &login, NULL))
+      != 0)
     goto out;
-  if (u.kind != LG_URL_LUN) {
-    lg_error ("invalid URL '%s': format needs a LUN URL", argv[optind]);
-    goto out;
-  }
+  status = LG_EXIT_FAIL;
   raw = lg_cmd_open_lun (&u, &login, 4, false);
   if (raw == NULL)
     goto out;

@@ -290,15 +290,10 @@ lg_cmd_info (int argc, char **argv)
   }
   if ((status = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
+  if ((status = lg_cmd_prepare_lun ("info", argv[optind], &u, &login, NULL))
+      != 0)
+    goto out;
   status = LG_EXIT_FAIL;
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
-    goto out;
-  if (u.kind != LG_URL_LUN) {
-    lg_error ("invalid URL '%s': info needs a LUN URL "
-              "(iscsi://HOST[:PORT]/TARGET-IQN/LUN)",
-              argv[optind]);
-    goto out;
-  }
   lg_url_format (&u, url, sizeof url);
 
   p = lg_pool_open (&login, u.portal, u.target, 1, err, sizeof err);

@@ -148,13 +148,10 @@ lg_cmd_key (int argc, char **argv)
   }
   if ((status = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
+  if ((status = lg_cmd_prepare_lun ("key", argv[optind], &u, &login, NULL))
+      != 0)
+    goto out;
   status = LG_EXIT_FAIL;
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
-    goto out;
-  if (u.kind != LG_URL_LUN) {
-    lg_error ("invalid URL '%s': key needs a LUN URL", argv[optind]);
-    goto out;
-  }
   raw = lg_cmd_open_lun (&u, &login, 1, strcmp (verb, "list") == 0);
   if (raw == NULL)
     goto out;

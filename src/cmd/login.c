@@ -154,12 +154,12 @@ lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l)
 
   if (lg_url_parse (url, u, err, sizeof err) < 0) {
     lg_error ("invalid URL '%s': %s", url, err);
-    return -1;
+    return LG_EXIT_USAGE;
   }
   if (u->user && l->user == NULL) {
     l->user = strdup (u->user);
     if (l->user == NULL)
-      return -1;
+      return LG_EXIT_FAIL;
   }
   if (u->password) {
     lg_warn ("a password in the URL is visible to other users in the "
@@ -172,16 +172,40 @@ lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l)
   if ((l->user == NULL) != (l->secret == NULL)) {
     lg_error ("CHAP needs both a user (--user) and a secret "
               "(--password-file, --password-fd or --password-prompt)");
-    return -1;
+    return LG_EXIT_USAGE;
   }
   if ((l->target_user == NULL) != (l->target_secret == NULL)) {
     lg_error ("mutual CHAP needs both --target-user and a target secret "
               "(--target-password-file, -fd or -prompt)");
-    return -1;
+    return LG_EXIT_USAGE;
   }
   if (l->target_user && l->user == NULL) {
     lg_error ("mutual CHAP (--target-user) needs one-way CHAP (--user) too");
-    return -1;
+    return LG_EXIT_USAGE;
+  }
+  return 0;
+}
+
+int
+lg_cmd_prepare_lun (const char *cmd, const char *arg, struct lg_url *u,
+                    struct lg_login *l, const char **path)
+{
+  int r;
+
+  if (path) {
+    *path = NULL;
+    if (strstr (arg, "://") == NULL) {
+      *path = arg; /* a file or a block device */
+      return 0;
+    }
+  }
+  if ((r = lg_cmd_prepare (arg, u, l)) != 0)
+    return r;
+  if (u->kind != LG_URL_LUN) {
+    lg_error ("invalid URL '%s': %s needs a LUN URL "
+              "(iscsi://HOST[:PORT]/TARGET-IQN/LUN)%s",
+              arg, cmd, path ? " or a file" : "");
+    return LG_EXIT_USAGE;
   }
   return 0;
 }

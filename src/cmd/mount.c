@@ -460,8 +460,9 @@ lg_cmd_mount (int argc, char **argv)
   }
   if (!mode_set && fo.read_only)
     fo.file_mode = 0400;
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+  if ((status = lg_cmd_prepare (argv[optind], &u, &login)) != 0)
     goto out;
+  status = LG_EXIT_FAIL;
   mount_source (&u, source, sizeof source);
   if (check_dir (argv[optind + 1], nonempty, dir) < 0
       || check_mounted (source) < 0)

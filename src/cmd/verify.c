@@ -106,12 +106,10 @@ lg_cmd_verify (int argc, char **argv)
                              "--passphrase-file");
     goto out;
   }
-  if (lg_cmd_prepare (argv[optind], &u, &login) < 0)
+  if ((status = lg_cmd_prepare_lun ("verify", argv[optind], &u, &login, NULL))
+      != 0)
     goto out;
-  if (u.kind != LG_URL_LUN) {
-    lg_error ("invalid URL '%s': verify needs a LUN URL", argv[optind]);
-    goto out;
-  }
+  status = LG_EXIT_FAIL;
   /* Read-only unless repairing: a scrub changes nothing, not even a
    * header copy. */
   raw = lg_cmd_open_lun (&u, &login, 4, !repair);

@@ -223,10 +223,10 @@ trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
 {
   char what[96];
 
-  if (lg_log_get_level () < LG_LOG_DEBUG || cmd->task == NULL)
+  if (lg_log_get_level () < LG_LOG_TRACE || cmd->task == NULL)
     return;
   lg_s_cmd_range (cmd, what, sizeof what);
-  lg_debug ("%s/%d: %s: %s%s", s->target, cmd->lun, what, status_name (status),
+  lg_trace ("%s/%d: %s: %s%s", s->target, cmd->lun, what, status_name (status),
             status == SCSI_STATUS_CHECK_CONDITION
                 ? scsi_sense_ascq_str (cmd->task->sense.ascq)
                 : "");

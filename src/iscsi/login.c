@@ -210,7 +210,7 @@ static void
 libiscsi_log (int level, const char *msg)
 {
   (void) level;
-  lg_debug ("libiscsi: %s", msg);
+  lg_trace ("libiscsi: %s", msg);
 }
 
 /* A new context for this session, with the same initiator name and ISID
@@ -236,7 +236,7 @@ make_context (struct lg_session *s, char *err, size_t errlen)
    * lists while the target may still execute it.  recovery.c times
    * commands out itself and aborts them on the target. */
   /* libiscsi's own messages go to our log, at debug level. */
-  if (lg_log_get_level () >= LG_LOG_DEBUG) {
+  if (lg_log_get_level () >= LG_LOG_TRACE) {
     iscsi_set_log_fn (ctx, libiscsi_log);
     iscsi_set_log_level (ctx, 2);
   }

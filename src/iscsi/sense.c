@@ -142,6 +142,14 @@ lg_scsi_opname (unsigned char op)
     return "INQUIRY";
   case 0x1a:
     return "MODE SENSE(6)";
+  case 0x5a:
+    return "MODE SENSE(10)";
+  case 0x5e:
+    return "PERSISTENT RESERVE IN";
+  case 0x5f:
+    return "PERSISTENT RESERVE OUT";
+  case 0x89:
+    return "COMPARE AND WRITE";
   case 0x28:
     return "READ(10)";
   case 0x2a:

@@ -34,10 +34,8 @@ static void
 default_sink (enum lg_log_level level, const char *msg)
 {
   static const char *const prefix[] = {
-    [LG_LOG_ERROR] = "",
-    [LG_LOG_WARN] = "warning: ",
-    [LG_LOG_INFO] = "",
-    [LG_LOG_DEBUG] = "debug: ",
+    [LG_LOG_ERROR] = "",        [LG_LOG_WARN] = "warning: ", [LG_LOG_INFO] = "",
+    [LG_LOG_DEBUG] = "debug: ", [LG_LOG_TRACE] = "trace: ",
   };
 
   /* One fprintf per line: stdio locks the stream, so lines from several

@@ -12,6 +12,7 @@ enum lg_log_level {
   LG_LOG_WARN = 1,
   LG_LOG_INFO = 2,
   LG_LOG_DEBUG = 3,
+  LG_LOG_TRACE = 4, /* every SCSI command, and libiscsi's own log */
 };
 
 typedef void lg_log_sink (enum lg_log_level level, const char *msg);
@@ -29,5 +30,6 @@ void lg_log (enum lg_log_level level, const char *fmt, ...)
 #define lg_warn(...) lg_log (LG_LOG_WARN, __VA_ARGS__)
 #define lg_info(...) lg_log (LG_LOG_INFO, __VA_ARGS__)
 #define lg_debug(...) lg_log (LG_LOG_DEBUG, __VA_ARGS__)
+#define lg_trace(...) lg_log (LG_LOG_TRACE, __VA_ARGS__)
 
 #endif
