@@ -114,6 +114,12 @@ struct lg_dev *lg_cmd_open_lun (const struct lg_url *u,
                                 const struct lg_login *l, unsigned connections,
                                 bool read_only);
 
+/* As lg_cmd_open_lun, or where path is not NULL (lg_cmd_prepare_lun), the
+ * file or block device there (dev/file.h). */
+struct lg_dev *lg_cmd_open (const struct lg_url *u, const char *path,
+                            const struct lg_login *l, unsigned connections,
+                            bool read_only);
+
 /* Handles one login option: 1 if it was one, 0 if not, -1 on a bad value
  * (already reported). */
 int lg_login_option (struct lg_login *l, int c, const char *arg);

@@ -23,7 +23,7 @@ enum { OPT_MODE = OPT_LOGIN_LAST + 1, OPT_LAZY, OPT_FORCE, OPT_ARGON2 };
 static const char usage[]
     = "Usage: lungate format [OPTIONS] [--mode aead|mac] (--key-file F | "
       "--passphrase-file F)\n"
-      "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+      "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN | FILE\n"
       "\n"
       "Make the LUN an encrypted (aead) or integrity-protected (mac) volume:\n"
       "write the lungate header with one key slot and seal every unit.  All\n"
@@ -107,6 +107,7 @@ lg_cmd_format (int argc, char **argv)
   struct lg_login login;
   struct lg_cmd_keys keys = { 0 };
   struct lg_url u = { 0 };
+  const char *path = NULL; /* a file, not a LUN URL */
   struct lg_dev *raw = NULL, *cd = NULL;
   struct lg_header h;
   uint8_t *mk = NULL;
@@ -172,11 +173,11 @@ lg_cmd_format (int argc, char **argv)
                              "--passphrase-file");
     goto out;
   }
-  if ((status = lg_cmd_prepare_lun ("format", argv[optind], &u, &login, NULL))
+  if ((status = lg_cmd_prepare_lun ("format", argv[optind], &u, &login, &path))
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
-  raw = lg_cmd_open_lun (&u, &login, 4, false);
+  raw = lg_cmd_open (&u, path, &login, 4, false);
   if (raw == NULL)
     goto out;
   if (raw->read_only) {

@@ -12,6 +12,7 @@
 #include "cmd/cmd.h"
 #include "crypt/header.h"
 #include "crypt/owner.h"
+#include "dev/file.h"
 #include "dev/iscsi.h"
 #include "dev/reserve.h"
 #include "iscsi/lun.h"
@@ -20,7 +21,8 @@
 #include "util/log.h"
 
 static const char usage[]
-    = "Usage: lungate info [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+    = "Usage: lungate info [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN | "
+      "FILE\n"
       "\n"
       "Show a LUN's identity (INQUIRY), geometry (READ CAPACITY 16, Block\n"
       "Limits VPD), thin provisioning, write protection and the commands\n"
@@ -175,20 +177,16 @@ print_owner (struct lg_dev *d, bool json)
 /* The lungate header, if the LUN holds one: never a secret, only what
  * anyone with the LUN can read. */
 static void
-print_volume (struct lg_pool *p, int lun, bool json)
+print_volume (struct lg_dev *d, bool json)
 {
-  struct lg_dev *d;
   struct lg_header h;
   char err[512], uuid[40];
   int r;
 
-  d = lg_iscsi_dev_open (p, false, lun, true, err, sizeof err);
-  if (d == NULL)
-    return;
   r = lg_header_read (d, &h, err, sizeof err);
   if (r < 0 && errno == ENOENT) {
     printf (json ? ", \"lungate_volume\": false" : "lungate-volume: no\n");
-    goto out;
+    return;
   }
   if (r < 0) {
     if (json) {
@@ -197,7 +195,7 @@ print_volume (struct lg_pool *p, int lun, bool json)
     }
     else
       printf ("lungate-volume: damaged: %s\n", err);
-    goto out;
+    return;
   }
   for (int i = 0; i < 16; i++)
     snprintf (uuid + 2 * i, 3, "%02x", h.uuid[i]);
@@ -245,8 +243,44 @@ print_volume (struct lg_pool *p, int lun, bool json)
     printf ("\n");
     print_owner (d, false);
   }
-out:
+}
+
+static void
+print_lun_volume (struct lg_pool *p, int lun, bool json)
+{
+  char err[512];
+  struct lg_dev *d = lg_iscsi_dev_open (p, false, lun, true, err, sizeof err);
+
+  if (d == NULL)
+    return;
+  print_volume (d, json);
   lg_dev_close (d);
+}
+
+/* A file or a block device: its size, and the volume it holds. */
+static int
+info_file (const char *path, bool json)
+{
+  char err[512], hs[32];
+  struct lg_dev *d = lg_file_dev_open (path, true, err, sizeof err);
+
+  if (d == NULL) {
+    lg_error ("%s", err);
+    return LG_EXIT_FAIL;
+  }
+  if (json) {
+    printf ("{\"file\": ");
+    lg_json_string (stdout, path);
+    printf (", \"size\": %" PRIu64, d->size);
+  }
+  else
+    printf ("file: %s\nsize: %" PRIu64 " bytes (%s)\n", path, d->size,
+            lg_human_size (d->size, hs, sizeof hs));
+  print_volume (d, json);
+  if (json)
+    printf ("}\n");
+  lg_dev_close (d);
+  return LG_EXIT_OK;
 }
 
 int
@@ -260,6 +294,7 @@ lg_cmd_info (int argc, char **argv)
   };
   struct lg_login login;
   struct lg_url u = { 0 };
+  const char *path = NULL; /* a file, not a LUN URL */
   struct lg_pool *p = NULL;
   struct lg_lun_info li;
   char err[512], url[512];
@@ -290,10 +325,14 @@ lg_cmd_info (int argc, char **argv)
   }
   if ((status = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  if ((status = lg_cmd_prepare_lun ("info", argv[optind], &u, &login, NULL))
+  if ((status = lg_cmd_prepare_lun ("info", argv[optind], &u, &login, &path))
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
+  if (path) {
+    status = info_file (path, json);
+    goto out;
+  }
   lg_url_format (&u, url, sizeof url);
 
   p = lg_pool_open (&login, u.portal, u.target, 1, err, sizeof err);
@@ -311,7 +350,7 @@ lg_cmd_info (int argc, char **argv)
     print_text (url, &li);
   if (li.is_disk && !li.no_medium) {
     print_reservation (p, u.lun, json);
-    print_volume (p, u.lun, json);
+    print_lun_volume (p, u.lun, json);
   }
   if (json)
     printf ("}\n");

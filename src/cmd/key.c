@@ -40,7 +40,7 @@ static const char usage[]
       "Manage the key slots of a lungate volume (up to 8, each wrapping the\n"
       "volume's master key).  list needs no key.  add and remove need a key\n"
       "that opens the volume.  Removing the last slot makes the volume\n"
-      "unreadable forever and needs --force.\n"
+      "unreadable forever and needs --force.  URL is a LUN URL or a file.\n"
       "\n"
       "Options:\n"
       "  --new-key-file FILE          add: the new 32-byte key file\n"
@@ -81,6 +81,7 @@ lg_cmd_key (int argc, char **argv)
   uint8_t *new_key = NULL;
   char *new_pass = NULL;
   struct lg_url u = { 0 };
+  const char *path = NULL; /* a file, not a LUN URL */
   struct lg_dev *raw = NULL;
   struct lg_header h;
   struct lg_keysrc ks;
@@ -148,11 +149,11 @@ lg_cmd_key (int argc, char **argv)
   }
   if ((status = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL")) != 0)
     goto out;
-  if ((status = lg_cmd_prepare_lun ("key", argv[optind], &u, &login, NULL))
+  if ((status = lg_cmd_prepare_lun ("key", argv[optind], &u, &login, &path))
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
-  raw = lg_cmd_open_lun (&u, &login, 1, strcmp (verb, "list") == 0);
+  raw = lg_cmd_open (&u, path, &login, 1, strcmp (verb, "list") == 0);
   if (raw == NULL)
     goto out;
 

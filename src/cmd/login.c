@@ -16,6 +16,7 @@
 #include "cmd/cmd.h"
 #include "crypt/crypt.h"
 #include "crypt/owner.h"
+#include "dev/file.h"
 #include "dev/iscsi.h"
 #include "iscsi/pr.h"
 #include "iscsi/pool.h"
@@ -316,6 +317,28 @@ lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
   if (r < 0 || (r == 2 && owned_by_another (d) < 0)) {
     if (r < 0)
       lg_error ("%s", err);
+    lg_dev_close (d);
+    return NULL;
+  }
+  return d;
+}
+
+struct lg_dev *
+lg_cmd_open (const struct lg_url *u, const char *path, const struct lg_login *l,
+             unsigned connections, bool read_only)
+{
+  char err[512];
+  struct lg_dev *d;
+
+  if (path == NULL)
+    return lg_cmd_open_lun (u, l, connections, read_only);
+  d = lg_file_dev_open (path, read_only, err, sizeof err);
+  if (d == NULL) {
+    lg_error ("%s", err);
+    return NULL;
+  }
+  if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
+    lg_error ("%s", err);
     lg_dev_close (d);
     return NULL;
   }

@@ -17,7 +17,7 @@ enum { OPT_REPAIR = OPT_LOGIN_LAST + 1 };
 
 static const char usage[]
     = "Usage: lungate verify [OPTIONS] (--key-file F | --passphrase-file F)\n"
-      "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
+      "                      iscsi://HOST[:PORT]/TARGET-IQN/LUN | FILE\n"
       "\n"
       "Read and authenticate every unit of a lungate volume.  Prints each "
       "range\n"
@@ -68,6 +68,7 @@ lg_cmd_verify (int argc, char **argv)
   struct lg_login login;
   struct lg_cmd_keys keys = { 0 };
   struct lg_url u = { 0 };
+  const char *path = NULL; /* a file, not a LUN URL */
   struct lg_dev *raw, *d = NULL;
   struct lg_keysrc ks;
   struct tally t = { 0 };
@@ -106,13 +107,13 @@ lg_cmd_verify (int argc, char **argv)
                              "--passphrase-file");
     goto out;
   }
-  if ((status = lg_cmd_prepare_lun ("verify", argv[optind], &u, &login, NULL))
+  if ((status = lg_cmd_prepare_lun ("verify", argv[optind], &u, &login, &path))
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
   /* Read-only unless repairing: a scrub changes nothing, not even a
    * header copy. */
-  raw = lg_cmd_open_lun (&u, &login, 4, !repair);
+  raw = lg_cmd_open (&u, path, &login, 4, !repair);
   if (raw == NULL)
     goto out;
   ks.keyfile = keys.keyfile;
