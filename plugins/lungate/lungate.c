@@ -59,8 +59,10 @@ static struct lg_login login;
 static unsigned connections = DEFAULT_CONNECTIONS;
 
 /* Key for lungate-formatted LUNs (sodium memory), if given. */
-static uint8_t *keyfile;
+static uint8_t *keyfile; /* for every volume */
 static char *passphrase;
+static struct lg_keytab keytab; /* per LUN, and key-dir */
+static char *key_dir;
 static size_t md_cache_blocks; /* 0: the crypt layer's default */
 
 /* After after_fork: the pool and one device stack per exported LUN. */
@@ -214,6 +216,8 @@ lungate_unload (void)
   shut_down ();
   if (keyfile)
     sodium_free (keyfile);
+  lg_keytab_clear (&keytab);
+  free (key_dir);
   lg_secret_free (passphrase);
   lg_url_clear (&purl);
   lg_login_clear (&login);
@@ -306,12 +310,10 @@ lungate_config (const char *key, const char *value)
     }
     return 0;
   }
-  if (strcmp (key, "key-file") == 0) {
-    if (keyfile)
-      sodium_free (keyfile);
-    keyfile = lg_keyfile_read (value);
-    return keyfile ? 0 : -1;
-  }
+  if (strcmp (key, "key-file") == 0)
+    return lg_keytab_add (&keytab, value, &keyfile);
+  if (strcmp (key, "key-dir") == 0)
+    return set_string (&key_dir, value);
   if (strcmp (key, "passphrase") == 0)
     return lg_nbdkit_read_secret (key, value, &passphrase);
   if (strcmp (key, "metadata-cache") == 0) {
@@ -425,7 +427,9 @@ lungate_config_complete (void)
   "                     target is unreachable this long (default 60;\n"        \
   "                     0: at once; -1: wait for ever).\n"                     \
   "connect-timeout=SECONDS  Login timeout (default 10).\n"                     \
-  "key-file=FILE        Key of a lungate-formatted LUN (32 bytes).\n"          \
+  "key-file=[lunN:]FILE Key of a lungate-formatted LUN (32 bytes); with\n"     \
+  "                     lunN:, for LUN N only (repeat for each).\n"            \
+  "key-dir=DIR          DIR/UUID holds the key of the volume UUID.\n"          \
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
   "                     (-: prompt, +FILE, -FD).\n"                            \
   "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
@@ -433,14 +437,13 @@ lungate_config_complete (void)
   "shared=true          Plain LUNs: take no exclusive write access (for\n"     \
   "                     cluster file systems; refused for lungate volumes)."
 
-static const struct lg_keysrc *
-keysrc (void)
+static const struct lg_keytab *
+keys (void)
 {
-  static struct lg_keysrc ks;
-
-  ks.keyfile = keyfile;
-  ks.passphrase = passphrase;
-  return &ks;
+  keytab.all.keyfile = keyfile;
+  keytab.all.passphrase = passphrase;
+  keytab.dir = key_dir;
+  return &keytab;
 }
 
 /* Before nbdkit forks to the background (and before --run starts its
@@ -480,7 +483,7 @@ lungate_get_ready (void)
           = lg_iscsi_dev_open (p, false, purl.lun, true, err, sizeof err);
 
       if (d)
-        d = lg_stack_wrap (d, keysrc (), 0, err, sizeof err);
+        d = lg_stack_wrap_lun (d, keys (), purl.lun, true, 0, err, sizeof err);
       if (d == NULL) {
         nbdkit_error ("%s", err);
         r = -1;
@@ -500,7 +503,8 @@ add_export (struct lg_dev *d, char *err, size_t errlen)
   struct export *e = &exports[nexports];
 
   e->info = *lg_iscsi_dev_info (d);
-  e->dev = lg_stack_wrap (d, keysrc (), md_cache_blocks, err, errlen);
+  e->dev = lg_stack_wrap_lun (d, keys (), e->info.lun, purl.kind == LG_URL_LUN,
+                              md_cache_blocks, err, errlen);
   if (e->dev == NULL)
     return -1;
   e->crypt = e->dev != d;

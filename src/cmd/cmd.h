@@ -89,9 +89,12 @@ extern const char lg_login_help[];
 extern const char lg_key_help[];
 
 /* Keys given on the command line, in sodium memory. */
+struct lg_keytab;
 struct lg_cmd_keys {
   uint8_t *keyfile;
   char *passphrase;
+  /* Where set (mount), --key-file lunN=FILE keys LUN N (dev/stack.h). */
+  struct lg_keytab *tab;
 };
 
 /* Handles one key option: 1 if it was one, 0 if not, -1 on error. */

@@ -18,6 +18,7 @@
 #include "crypt/owner.h"
 #include "dev/file.h"
 #include "dev/iscsi.h"
+#include "dev/stack.h"
 #include "iscsi/pr.h"
 #include "iscsi/pool.h"
 #include "util/log.h"
@@ -225,6 +226,8 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
 
   switch (c) {
   case OPT_KEY_FILE:
+    if (k->tab)
+      return lg_keytab_add (k->tab, arg, &k->keyfile) < 0 ? -1 : 1;
     if (k->keyfile)
       sodium_free (k->keyfile);
     k->keyfile = lg_keyfile_read (arg);

@@ -30,6 +30,7 @@ enum {
   OPT_UID,
   OPT_GID,
   OPT_NONEMPTY,
+  OPT_KEY_DIR,
 };
 
 static const char usage[]
@@ -57,6 +58,10 @@ static const char usage[]
       "                               (cluster file systems; refused for\n"
       "                               lungate volumes)\n"
       "  --nonempty                   mount on a directory that is not empty\n"
+      "  --key-file lunN=FILE         the key of LUN N's volume (repeat per\n"
+      "                               LUN; a FILE alone keys every volume)\n"
+      "  --key-dir DIR                DIR/UUID is the key file of the volume\n"
+      "                               UUID (lungate info shows it)\n"
       "  -h, --help                   this help\n"
       "\n";
 
@@ -70,7 +75,7 @@ struct plan_lun {
 struct mount_plan {
   struct lg_url *u;
   const struct lg_login *login;
-  struct lg_keysrc ks;
+  const struct lg_keytab *tab;
   unsigned connections;
   bool read_only;
   size_t ntargets;
@@ -81,10 +86,10 @@ struct mount_plan {
   struct lg_pool *pools[MAX_TARGETS];
 };
 
-/* Opens LUN lun of pool as what it is: through the crypt layer when it
- * holds a lungate header.  With a target or portal URL a plain LUN stays
- * plain even when a key was given (the key is for the formatted ones);
- * with a LUN URL a key for a plain LUN is an error. */
+/* Opens LUN lun of pool as what it is: through the crypt layer, with its
+ * key from the table, when it holds a lungate header.  With a target or
+ * portal URL a plain LUN stays plain even when a key for every volume was
+ * given; with a LUN URL a key for a plain LUN is an error. */
 static struct lg_dev *
 open_lun (struct mount_plan *m, struct lg_pool *p, int lun, bool read_only,
           char *err, size_t errlen)
@@ -93,13 +98,8 @@ open_lun (struct mount_plan *m, struct lg_pool *p, int lun, bool read_only,
 
   if (d == NULL)
     return NULL;
-  d = lg_stack_wrap (d, &m->ks, 0, err, errlen);
-  if (d == NULL && errno == EINVAL && m->u->kind != LG_URL_LUN
-      && strstr (err, "holds no lungate header")) {
-    d = lg_iscsi_dev_open (p, false, lun, read_only, err, errlen);
-    if (d)
-      d = lg_stack_wrap (d, NULL, 0, err, errlen);
-  }
+  d = lg_stack_wrap_lun (d, m->tab, lun, m->u->kind == LG_URL_LUN, 0, err,
+                         errlen);
   /* A plain LUN's file follows a resize of the LUN; an encrypted one's
    * size is in its header. */
   if (d && strcmp (d->ops->name, "iscsi") == 0)
@@ -148,6 +148,12 @@ make_plan (struct mount_plan *m)
     int *luns = NULL;
     size_t n = 0;
 
+    if (p == NULL && m->u->kind == LG_URL_PORTAL) {
+      lg_error ("%s: not mounted: %s", m->targets[t], err);
+      free (m->targets[t]);
+      m->targets[t] = NULL; /* the other targets of the portal still are */
+      continue;
+    }
     if (p == NULL) {
       lg_error ("%s", err);
       return -1;
@@ -182,6 +188,10 @@ make_plan (struct mount_plan *m)
       }
       lg_dev_close (d);
       d = open_lun (m, p, luns[i], true, err, sizeof err);
+      if (d == NULL && m->u->kind != LG_URL_LUN) {
+        lg_error ("not mounting LUN %d: %s", luns[i], err);
+        continue; /* the other LUNs still are */
+      }
       if (d == NULL) {
         lg_error ("%s", err);
         free (luns);
@@ -212,6 +222,8 @@ ready (struct lg_fs *fs, void *opaque)
   char err[512], name[32];
 
   for (size_t t = 0; t < m->ntargets; t++) {
+    if (m->targets[t] == NULL)
+      continue; /* left out (make_plan said why) */
     m->pools[t] = lg_pool_open (m->login, m->u->portal, m->targets[t],
                                 m->connections, err, sizeof err);
     if (m->pools[t] == NULL) {
@@ -355,11 +367,13 @@ lg_cmd_mount (int argc, char **argv)
     LG_CLAIM_OPTIONS,
     { "shared", no_argument, NULL, OPT_SHARED },
     { "nonempty", no_argument, NULL, OPT_NONEMPTY },
+    { "key-dir", required_argument, NULL, OPT_KEY_DIR },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
   struct lg_login login;
-  struct lg_cmd_keys keys = { 0 };
+  struct lg_keytab tab = { 0 };
+  struct lg_cmd_keys keys = { .tab = &tab };
   struct lg_url u = { 0 };
   struct lg_fs_opts fo = { false, 0600, getuid (), getgid (), false };
   struct mount_plan *m = NULL;
@@ -439,6 +453,9 @@ lg_cmd_mount (int argc, char **argv)
     case OPT_NONEMPTY:
       nonempty = true;
       break;
+    case OPT_KEY_DIR:
+      tab.dir = optarg;
+      break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
       status = LG_EXIT_OK;
@@ -473,8 +490,9 @@ lg_cmd_mount (int argc, char **argv)
     goto out;
   m->u = &u;
   m->login = &login;
-  m->ks.keyfile = keys.keyfile;
-  m->ks.passphrase = keys.passphrase;
+  tab.all.keyfile = keys.keyfile;
+  tab.all.passphrase = keys.passphrase;
+  m->tab = &tab;
   m->connections = connections;
   m->read_only = fo.read_only;
   if (make_plan (m) < 0)
@@ -503,6 +521,7 @@ out:
     free (m);
   }
   lg_cmd_keys_clear (&keys);
+  lg_keytab_clear (&tab);
   lg_url_clear (&u);
   lg_login_clear (&login);
   return status;

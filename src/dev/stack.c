@@ -3,12 +3,15 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
+#include "crypt/header.h"
 #include "dev/stack.h"
 #include "util/log.h"
 
@@ -46,8 +49,9 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
   if (!has_key) {
     snprintf (err, errlen,
               "%s: the LUN is formatted by lungate: give its "
-              "key (--key-file or --passphrase-file; plugin: key-file= or "
-              "passphrase=)",
+              "key (--key-file or --passphrase-file, mount: --key-file "
+              "lunN=FILE or --key-dir; plugin: key-file=, key-file=lunN:FILE, "
+              "key-dir= or passphrase=)",
               lower->name);
     saved = EACCES;
     goto fail;
@@ -76,4 +80,125 @@ fail:
   lg_dev_close (lower);
   errno = saved;
   return NULL;
+}
+
+int
+lg_keytab_add (struct lg_keytab *t, const char *arg, uint8_t **all)
+{
+  char *end;
+  long lun = -1;
+
+  if (strncmp (arg, "lun", 3) == 0 && arg[3] >= '0' && arg[3] <= '9') {
+    lun = strtol (arg + 3, &end, 10);
+    if ((*end == ':' || *end == '=') && lun <= 16383)
+      arg = end + 1;
+    else
+      lun = -1;
+  }
+  if (lun < 0) {
+    uint8_t *k = lg_keyfile_read (arg);
+
+    if (k == NULL)
+      return -1;
+    if (*all)
+      sodium_free (*all);
+    *all = k;
+    return 0;
+  }
+  if (t->n == LG_KEYTAB_LUNS) {
+    lg_error ("more than %d per-LUN keys", LG_KEYTAB_LUNS);
+    return -1;
+  }
+  t->per[t->n].keyfile = lg_keyfile_read (arg);
+  if (t->per[t->n].keyfile == NULL)
+    return -1;
+  t->per[t->n++].lun = (int) lun;
+  return 0;
+}
+
+void
+lg_keytab_clear (struct lg_keytab *t)
+{
+  for (size_t i = 0; i < t->n; i++)
+    sodium_free (t->per[i].keyfile);
+  t->n = 0;
+}
+
+static const uint8_t *
+lun_key (const struct lg_keytab *t, int lun)
+{
+  for (size_t i = 0; i < t->n; i++)
+    if (t->per[i].lun == lun)
+      return t->per[i].keyfile;
+  return NULL;
+}
+
+/* The UUID of the volume on lower, from either header copy; -1 if none
+ * parses (lg_stack_wrap then says what is wrong). */
+static int
+volume_uuid (struct lg_dev *lower, char hex[33])
+{
+  static const uint64_t off[2] = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
+  uint8_t buf[LG_HDR_SIZE];
+  struct lg_header h;
+
+  for (int c = 0; c < 2; c++)
+    if (lg_dev_pread (lower, buf, sizeof buf, off[c]) == 0
+        && lg_header_parse (buf, lower->size, &h, NULL, 0) == 0) {
+      for (int i = 0; i < 16; i++)
+        snprintf (hex + 2 * i, 3, "%02x", h.uuid[i]);
+      return 0;
+    }
+  return -1;
+}
+
+/* DIR/UUID, when it exists: read into *owned. */
+static const uint8_t *
+dir_key (const struct lg_keytab *t, struct lg_dev *lower, uint8_t **owned)
+{
+  char hex[33], path[4200];
+
+  if (t->dir == NULL || volume_uuid (lower, hex) < 0)
+    return NULL;
+  snprintf (path, sizeof path, "%s/%s", t->dir, hex);
+  if (access (path, F_OK) < 0)
+    return NULL;
+  *owned = lg_keyfile_read (path);
+  return *owned;
+}
+
+static bool
+has_header (struct lg_dev *lower)
+{
+  uint8_t buf[LG_HDR_SIZE];
+
+  return (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY0_OFFSET) == 0
+          && lg_header_has_magic (buf))
+      || (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY1_OFFSET) == 0
+          && lg_header_has_magic (buf));
+}
+
+struct lg_dev *
+lg_stack_wrap_lun (struct lg_dev *lower, const struct lg_keytab *t, int lun,
+                   bool named, size_t md_cache_blocks, char *err, size_t errlen)
+{
+  struct lg_keysrc ks = { lun_key (t, lun), NULL };
+  uint8_t *owned = NULL;
+  struct lg_dev *d;
+
+  if (!has_header (lower)) {
+    /* A plain LUN: plain, unless its own key says it should not be. */
+    if (ks.keyfile || named)
+      return lg_stack_wrap (lower, ks.keyfile ? &ks : &t->all, md_cache_blocks,
+                            err, errlen);
+    return lg_stack_wrap (lower, NULL, md_cache_blocks, err, errlen);
+  }
+  if (ks.keyfile == NULL)
+    ks.keyfile = dir_key (t, lower, &owned);
+  if (ks.keyfile == NULL)
+    ks = t->all;
+  d = lg_stack_wrap (lower, &ks, md_cache_blocks, err, errlen);
+  if (owned)
+    sodium_free (owned);
+  return d;
 }
