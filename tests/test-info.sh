@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
-# info on a 512-byte thin LUN, a 4096-byte LUN, a write-protected LUN and
-# the controller LUN, in text and JSON.
+# info on a 512-byte thin LUN, a 4096-byte LUN, a write-protected LUN,
+# the controller LUN and a formatted LUN, in text and JSON; and the examples
+# of README and lungate-info(1) are what it really prints.
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require python3
@@ -15,6 +16,9 @@ tgt_add_lun 1 3 16M
 tgt_lun_params 1 3 readonly=1
 # WCE=0 in the caching mode page: a write-through LUN.
 tgt_lun_params 1 3 mode_page=8:0:18:0x10:0:0xff:0xff:0:0:0xff:0xff:0xff:0xff:0x80:0x14:0:0:0:0:0:0
+# The quickstart's LUN 2 (contrib/quickstart), to be formatted.
+tgt_add_lun 1 4 256M
+tgt_lun_params 1 4 thin_provisioning=1
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t"
 
@@ -67,4 +71,51 @@ PY
 out=$(with_timeout 60 "$LUNGATE" info --header-digest crc32c "$url/1") \
   || fail "info with header digest failed"
 want "size: 1073741824 bytes (1.00 GiB)"
+# The examples in the docs are real output.  LUN 1 here is the
+# quickstart's LUN 1, LUN 4 its LUN 2 once formatted: the documented lines
+# must be what info prints now, all of them, in order (the URL and the
+# UUID aside).
+key=$TGT_DIR/volume.key
+head -c 32 /dev/urandom >"$key"
+with_timeout 120 "$LUNGATE" format --key-file "$key" "$url/4" >/dev/null 2>&1 \
+  || fail "format 4"
+mask ()
+{
+  sed -E 's|^url: iscsi://[^ ]*/[0-9]+$|url: URL|
+          s|^volume-uuid: [0-9a-f]{32}$|volume-uuid: UUID|'
+}
+# doc_example FILE LUN [FILTER]: the lines under "$ lungate info
+# iscsi://...quickstart/LUN[ | FILTER]" up to the next blank line, unindented.
+doc_example ()
+{
+  awk -v cmd="quickstart/$2${3:+ | $3}" '
+    index($0, "$ lungate info iscsi://") && substr($0, length($0) - length(cmd) + 1) == cmd {
+      on = 1; n++; next }
+    on && /^[[:space:]]*$/ { on = 0 }
+    on { sub(/^[[:space:]]+/, ""); print }
+    END { if (n != 1) exit 1 }' "$1" | mask
+  [ "${PIPESTATUS[0]}" -eq 0 ] \
+    || fail "${1##*/}: not exactly one example of lungate info .../$2${3:+ | $3}"
+}
+# check_example FILE DOC-LUN LUN [FILTER]: the example for the quickstart's
+# DOC-LUN in FILE is what info prints for our LUN.
+check_example ()
+{
+  local doc real
+  doc=$(doc_example "$1" "$2" "${4:-}") || exit 1
+  real=$(with_timeout 60 "$LUNGATE" info "$url/$3") || fail "info $3 failed"
+  if [ -n "${4:-}" ]; then
+    real=$(sh -c "$4" <<<"$real")
+  fi
+  real=$(mask <<<"$real")
+  [ "$doc" = "$real" ] || {
+    diff -u <(printf '%s\n' "$doc") <(printf '%s\n' "$real") >&2
+    fail "${1##*/}: the example of lungate info .../$2 is not what it prints"
+  }
+}
+doc=${top_srcdir:-..}
+check_example "$doc/README" 1 1
+check_example "$doc/README" 2 4 "grep volume"
+check_example "$doc/man/lungate-info.pod" 1 1
+check_example "$doc/man/lungate-info.pod" 2 4
 echo "test-info: ok"
