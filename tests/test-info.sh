@@ -54,6 +54,13 @@ want "volatile-write-cache: no"
 out=$(with_timeout 60 "$LUNGATE" info "$url/0") || fail "info 0 failed"
 want "device-type: controller (0x0c)"
 
+# LUN 4: a lungate volume.
+key=$TGT_DIR/volume.key
+head -c 32 /dev/urandom >"$key"
+with_timeout 120 "$LUNGATE" format --key-file "$key" "$url/4" >/dev/null 2>&1 \
+  || fail "format 4"
+# --json: every fact the text shows, typed (numbers as numbers, flags as
+# booleans, lists as arrays), and the same values as the text.
 with_timeout 60 "$LUNGATE" info --json "$url/2" >"$TGT_DIR/i.json" \
   || fail "info --json failed"
 python3 - "$TGT_DIR/i.json" <<'PY' || fail "info --json content wrong"
@@ -65,6 +72,83 @@ assert d["blocks"] == 65536, d
 assert d["write_protected"] is False, d
 assert d["volatile_write_cache"] is True, d
 assert d["device_type"] == "disk", d
+assert d["lbpu"] is False and d["lbpws10"] is False, d
+assert d["max_unmap_blocks"] is None, d
+assert d["max_unmap_descriptors"] is None, d
+assert d["supports"] == ["read16", "write16", "sync-cache16"], d
+PY
+for l in 0 1 4; do
+  with_timeout 60 "$LUNGATE" info --json "$url/$l" >"$TGT_DIR/i$l.json" \
+    || fail "info --json $l failed"
+  with_timeout 60 "$LUNGATE" info "$url/$l" >"$TGT_DIR/i$l.txt" \
+    || fail "info $l failed"
+done
+python3 - "$TGT_DIR" <<'PY' || fail "info --json does not say what the text says"
+import json, sys
+def load(l):
+    d = json.load(open(f"{sys.argv[1]}/i{l}.json"))
+    t = {}
+    for line in open(f"{sys.argv[1]}/i{l}.txt"):
+        k, _, v = line.rstrip("\n").partition(": ")
+        t[k] = v
+    return d, t
+def typed(d, want):
+    for k, ty in want.items():
+        assert k in d, (k, d)
+        assert type(d[k]) is ty, (k, d[k], ty)
+
+d, t = load(0)
+assert d["device_type"] == "controller" and d["device_type_code"] == 0x0C, d
+assert t["device-type"] == "controller (0x0c)", t
+
+for l in (1, 4):
+    d, t = load(l)
+    typed(d, {"url": str, "lun": int, "vendor": str, "product": str,
+              "revision": str, "device_type": str, "device_type_code": int,
+              "removable": bool, "size": int, "blocks": int,
+              "logical_block_size": int, "physical_block_size": int,
+              "max_transfer_blocks": int, "optimal_transfer_blocks": int,
+              "optimal_transfer_granularity_blocks": int,
+              "lbpme": bool, "lbprz": bool, "lbpu": bool, "lbpws": bool,
+              "lbpws10": bool, "max_unmap_blocks": int,
+              "max_unmap_descriptors": int, "write_protected": bool,
+              "volatile_write_cache": bool, "supports": list,
+              "lungate_volume": bool})
+    assert all(type(s) is str for s in d["supports"]), d["supports"]
+    assert " ".join(d["supports"]) == t["supports"], (d["supports"], t)
+    assert "unmap" in d["supports"] and "get-lba-status" in d["supports"], d
+    assert t["url"] == d["url"] and d["lun"] == l, d
+    assert t["device-type"] == "%s (0x%02x)" % (d["device_type"],
+                                                d["device_type_code"]), d
+    assert t["size"].startswith("%d bytes" % d["size"]), d
+    assert t["blocks"] == str(d["blocks"]), d
+    assert t["physical-block-size"] == str(d["physical_block_size"]), d
+    assert t["optimal-transfer-length"] == "%d blocks" % d["optimal_transfer_blocks"]
+    assert t["optimal-transfer-granularity"] == \
+        "%d blocks" % d["optimal_transfer_granularity_blocks"], d
+    assert t["thin-provisioning"] == " ".join(
+        "%s=%d" % (k, d[k]) for k in ("lbpme", "lbprz", "lbpu", "lbpws", "lbpws10")), d
+    assert t["max-unmap"] == "%d blocks, %d descriptors" % (
+        d["max_unmap_blocks"], d["max_unmap_descriptors"]), d
+
+d, t = load(4)
+assert d["lungate_volume"] is True and t["lungate-volume"] == "yes", d
+typed(d, {"volume_mode": str, "volume_uuid": str, "volume_lazy": bool,
+          "volume_dirty": bool, "volume_units": int, "volume_unit_size": int,
+          "volume_size": int, "volume_metadata_offset": int,
+          "volume_metadata_size": int, "volume_data_offset": int,
+          "volume_header_seq": int, "volume_key_slots": list})
+assert t["volume-mode"] == d["volume_mode"] == "aead", d
+assert t["volume-uuid"] == d["volume_uuid"], d
+assert t["volume-size"] == "%d bytes (%d units of %d)" % (
+    d["volume_size"], d["volume_units"], d["volume_unit_size"]), d
+assert t["volume-metadata"] == "%d+%d" % (d["volume_metadata_offset"],
+                                          d["volume_metadata_size"]), d
+assert t["volume-data-offset"] == str(d["volume_data_offset"]), d
+assert t["volume-header-seq"] == str(d["volume_header_seq"]), d
+assert d["volume_key_slots"] == [{"slot": 0, "kind": "key-file"}], d
+assert t["volume-state"] == "clean" and d["volume_dirty"] is False, d
+assert d["volume_owner"] is None and t["volume-owner"] == "none", d
 PY
 
 # Header digest on: the same answer.
@@ -75,10 +159,6 @@ want "size: 1073741824 bytes (1.00 GiB)"
 # quickstart's LUN 1, LUN 4 its LUN 2 once formatted: the documented lines
 # must be what info prints now, all of them, in order (the URL and the
 # UUID aside).
-key=$TGT_DIR/volume.key
-head -c 32 /dev/urandom >"$key"
-with_timeout 120 "$LUNGATE" format --key-file "$key" "$url/4" >/dev/null 2>&1 \
-  || fail "format 4"
 mask ()
 {
   sed -E 's|^url: iscsi://[^ ]*/[0-9]+$|url: URL|
