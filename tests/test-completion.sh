@@ -19,6 +19,7 @@ complete_words ()
   COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
   COMPREPLY=()
   _lungate
+  [ "${#COMPREPLY[@]}" -gt 0 ] || return 0
   printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' '
 }
 
@@ -44,6 +45,23 @@ want "aead mac " format --mode ""
 want "crc32c none " info --header-digest ""
 want "add list remove " key ""
 want "aead aead,mac mac " bench --crypt ""
+# A file name after every option that takes a file, in any subcommand;
+# after key's action, no action again.
+mkdir -p "$d/files"
+touch "$d/files/volume.key" "$d/files/volume.pass"
+cd "$d/files" || fail "cd $d/files"
+want "volume.key volume.pass " key add --new-key-file vol
+want "volume.key volume.pass " key add --key-file k --new-passphrase-file vol
+want "volume.key volume.pass " format --key-file vol
+want "volume.key volume.pass " info --target-password-file vol
+want "" key add ""
+want "" key remove --slot ""
+cd - >/dev/null || fail "cd back"
+# mount -o: the mount options, also after a comma.
+want "allow_other default_permissions direct_io ro " mount -o ""
+want "ro " mount -o r
+want "ro,allow_other " mount -o ro,al
+want "ro,default_permissions ro,direct_io " mount URL DIR -o ro,d
 # Every option of every subcommand's --help is offered after "--".
 for c in discover info mount format verify key bench; do
   opts=$(complete_words "$c" --)

@@ -93,6 +93,11 @@ flip "$f1" "$(slot_off 500 51)"                  # and of slot 1
 flip "$f1" "$(slot_off 700 30)"                  # a tag byte of unit 700 slot 0
 flip "$f1" "$(slot_off 700 78)"                  # and of slot 1
 flip "$f1" $(( $(unit_off 600) + 5 ))           # a zeroed unit: not zero any more
+# Units 2687 and 2688, on either side of the boundary between two of
+# verify's reads (64 metadata blocks of 42 units): one range, not two.
+[ "$units" -gt 2689 ] || fail "the volume is too small for a read boundary"
+flip "$f1" $(( $(unit_off 2687) + 7 ))
+flip "$f1" $(( $(unit_off 2688) + 7 ))
 # Swap units 1300 and 1301 (data only).
 dd if="$f1" of="$TGT_DIR/u" bs=4096 skip=$(( doff / 4096 + 1300 )) count=2 status=none
 dd if="$TGT_DIR/u" of="$f1" bs=4096 seek=$(( doff / 4096 + 1301 )) count=1 conv=notrunc status=none
@@ -101,24 +106,24 @@ dd if="$TGT_DIR/u" of="$f1" bs=4096 skip=1 seek=$(( doff / 4096 + 1300 )) count=
 expect_exit 1 "" "$LUNGATE" verify --key-file "$key" "$url/1"
 "$LUNGATE" verify --key-file "$key" "$url/1" >"$TGT_DIR/v" 2>"$TGT_DIR/verr" && fail "verify passed a tampered volume"
 cat "$TGT_DIR/v"
-for r in "10-10" "500-500" "600-600" "700-700" "1300-1301"; do
+for r in "10-10" "500-500" "600-600" "700-700" "1300-1301" "2687-2688"; do
   grep -q "^bad: units $r " "$TGT_DIR/v" || fail "verify did not name units $r"
 done
-[ "$(grep -c '^bad:' "$TGT_DIR/v")" -eq 5 ] || fail "verify named other ranges too"
-grep -q "6 of $units units failed authentication, in 5 ranges" "$TGT_DIR/v" || fail "verify summary"
+[ "$(grep -c '^bad:' "$TGT_DIR/v")" -eq 6 ] || fail "verify named other ranges too"
+grep -q "8 of $units units failed authentication, in 6 ranges" "$TGT_DIR/v" || fail "verify summary"
 
 nbd_run "url=$url/1" "key-file=$key" -- "$NBD_PYTHON" - '$uri' "$TGT_DIR/model" \
   2>"$TGT_DIR/nbdkit.log" <<'PY' || { cat "$TGT_DIR/nbdkit.log"; fail "reads after tampering"; }
 import errno, nbd, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
 model = open(sys.argv[2], "rb").read()
-for u in (10, 500, 600, 700, 1300, 1301):
+for u in (10, 500, 600, 700, 1300, 1301, 2687, 2688):
     try:
         h.pread(4096, u * 4096)
         sys.exit("unit %d read despite tampering" % u)
     except nbd.Error as e:
         assert e.errnum == errno.EIO, e
-for u in (9, 11, 499, 501, 599, 601, 1299, 1302, 2000):
+for u in (9, 11, 499, 501, 599, 601, 1299, 1302, 2000, 2686, 2689):
     assert h.pread(4096, u * 4096) == model[u * 4096:(u + 1) * 4096], u
 PY
 grep -q "units 10-10 .* fail authentication under both slots" "$TGT_DIR/nbdkit.log" \

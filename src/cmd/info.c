@@ -33,13 +33,24 @@ static const char usage[]
       "  -h, --help                   this help\n"
       "\n";
 
-/* The commands lungate uses, and whether the LUN says it has them. */
-static void
-supports (const struct lg_lun_info *li, char *buf, size_t len)
+/* The commands lungate uses, and whether the LUN says it has them: fills
+ * names (room for LG_MAX_SUPPORTS) and returns how many. */
+#define LG_MAX_SUPPORTS 6
+static size_t
+supports (const struct lg_lun_info *li, const char *names[LG_MAX_SUPPORTS])
 {
-  snprintf (buf, len, "read16 write16 sync-cache16%s%s%s",
-            li->lbpu ? " unmap" : "", li->lbpws ? " write-same16-unmap" : "",
-            li->lbpme ? " get-lba-status" : "");
+  size_t n = 0;
+
+  names[n++] = "read16";
+  names[n++] = "write16";
+  names[n++] = "sync-cache16";
+  if (li->lbpu)
+    names[n++] = "unmap";
+  if (li->lbpws)
+    names[n++] = "write-same16-unmap";
+  if (li->lbpme)
+    names[n++] = "get-lba-status";
+  return n;
 }
 
 static const char *
@@ -57,7 +68,9 @@ tf (bool b)
 static void
 print_text (const char *url, const struct lg_lun_info *li)
 {
-  char hs[32], sup[128];
+  const char *sup[LG_MAX_SUPPORTS];
+  char hs[32];
+  size_t n;
 
   printf ("url: %s\n", url);
   printf ("vendor: %s\nproduct: %s\nrevision: %s\n", li->vendor, li->product,
@@ -89,14 +102,18 @@ print_text (const char *url, const struct lg_lun_info *li)
             li->max_unmap_desc);
   printf ("write-protected: %s\n", yesno (li->write_protected));
   printf ("volatile-write-cache: %s\n", yesno (li->volatile_cache));
-  supports (li, sup, sizeof sup);
-  printf ("supports: %s\n", sup);
+  n = supports (li, sup);
+  printf ("supports:");
+  for (size_t i = 0; i < n; i++)
+    printf (" %s", sup[i]);
+  printf ("\n");
 }
 
 static void
 print_json (const char *url, const struct lg_lun_info *li)
 {
-  char sup[128];
+  const char *sup[LG_MAX_SUPPORTS];
+  size_t n;
 
   printf ("{\"url\": ");
   lg_json_string (stdout, url);
@@ -108,21 +125,37 @@ print_json (const char *url, const struct lg_lun_info *li)
   lg_json_string (stdout, li->revision);
   printf (", \"device_type\": ");
   lg_json_string (stdout, li->type_name);
-  printf (", \"removable\": %s", tf (li->removable));
-  if (li->is_disk && !li->no_medium) {
-    supports (li, sup, sizeof sup);
-    printf (", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
-            ", \"logical_block_size\": %u, \"physical_block_size\": %u"
-            ", \"max_transfer_blocks\": %u, \"optimal_transfer_blocks\": %u"
-            ", \"lbpme\": %s, \"lbprz\": %s, \"lbpu\": %s, \"lbpws\": %s"
-            ", \"write_protected\": %s, \"volatile_write_cache\": %s"
-            ", \"supports\": ",
-            li->size, li->nblocks, li->block_size, li->phys_block_size,
-            li->max_xfer_blocks, li->opt_xfer_blocks, tf (li->lbpme),
-            tf (li->lbprz), tf (li->lbpu), tf (li->lbpws),
-            tf (li->write_protected), tf (li->volatile_cache));
-    lg_json_string (stdout, sup);
+  printf (", \"device_type_code\": %d, \"removable\": %s", li->device_type,
+          tf (li->removable));
+  if (!li->is_disk)
+    return;
+  printf (", \"medium\": %s", tf (!li->no_medium));
+  if (li->no_medium)
+    return;
+  printf (", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
+          ", \"logical_block_size\": %u, \"physical_block_size\": %u"
+          ", \"max_transfer_blocks\": %u, \"optimal_transfer_blocks\": %u"
+          ", \"optimal_transfer_granularity_blocks\": %u"
+          ", \"lbpme\": %s, \"lbprz\": %s, \"lbpu\": %s, \"lbpws\": %s"
+          ", \"lbpws10\": %s",
+          li->size, li->nblocks, li->block_size, li->phys_block_size,
+          li->max_xfer_blocks, li->opt_xfer_blocks, li->opt_gran_blocks,
+          tf (li->lbpme), tf (li->lbprz), tf (li->lbpu), tf (li->lbpws),
+          tf (li->lbpws10));
+  if (li->lbpu)
+    printf (", \"max_unmap_blocks\": %u, \"max_unmap_descriptors\": %u",
+            li->max_unmap_blocks, li->max_unmap_desc);
+  else
+    printf (", \"max_unmap_blocks\": null, \"max_unmap_descriptors\": null");
+  printf (", \"write_protected\": %s, \"volatile_write_cache\": %s"
+          ", \"supports\": [",
+          tf (li->write_protected), tf (li->volatile_cache));
+  n = supports (li, sup);
+  for (size_t i = 0; i < n; i++) {
+    printf ("%s", i ? ", " : "");
+    lg_json_string (stdout, sup[i]);
   }
+  printf ("]");
   /* The caller adds the volume fields and closes the object. */
 }
 
@@ -203,14 +236,16 @@ print_volume (struct lg_dev *d, bool json)
     printf (", \"lungate_volume\": true, \"volume_mode\": \"%s\", "
             "\"volume_uuid\": \"%s\", \"volume_lazy\": %s, "
             "\"volume_dirty\": %s, "
-            "\"volume_units\": %" PRIu64 ", \"volume_size\": %" PRIu64
+            "\"volume_units\": %" PRIu64 ", \"volume_unit_size\": %d"
+            ", \"volume_size\": %" PRIu64
             ", \"volume_metadata_offset\": %" PRIu64
+            ", \"volume_metadata_size\": %" PRIu64
             ", \"volume_data_offset\": %" PRIu64
             ", \"volume_header_seq\": %" PRIu64 ", \"volume_key_slots\": [",
             h.mode == LG_MODE_AEAD ? "aead" : "mac", uuid,
             tf (h.flags & LG_HDR_FLAG_LAZY), tf (h.flags & LG_HDR_FLAG_DIRTY),
-            h.nunits, h.nunits * LG_UNIT_SIZE, h.md_offset, h.data_offset,
-            h.seq);
+            h.nunits, LG_UNIT_SIZE, h.nunits * LG_UNIT_SIZE, h.md_offset,
+            h.md_size, h.data_offset, h.seq);
     for (int i = 0, n = 0; i < LG_KEYSLOTS; i++)
       if (h.slots[i].kind != LG_SLOT_EMPTY)
         printf ("%s{\"slot\": %d, \"kind\": \"%s\"}", n++ ? ", " : "", i,

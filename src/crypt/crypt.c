@@ -618,6 +618,38 @@ lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
   return lg_dev_flush (x->lower);
 }
 
+/* verify reads in batches, and each batch reports its own bad ranges: a
+ * range that runs across a batch boundary arrives in two pieces.  This
+ * holds the last range back until the next one is seen not to continue
+ * it, so that the caller gets maximal ranges. */
+struct bad_merge {
+  void (*bad) (void *opaque, uint64_t first_unit, uint64_t nunits);
+  void *opaque;
+  uint64_t first, n; /* the range held back; n == 0: none */
+};
+
+static void
+bad_merge_flush (struct bad_merge *m)
+{
+  if (m->n > 0 && m->bad)
+    m->bad (m->opaque, m->first, m->n);
+  m->n = 0;
+}
+
+static void
+bad_merge_add (void *opaque, uint64_t first, uint64_t n)
+{
+  struct bad_merge *m = opaque;
+
+  if (m->n > 0 && m->first + m->n == first) {
+    m->n += n;
+    return;
+  }
+  bad_merge_flush (m);
+  m->first = first;
+  m->n = n;
+}
+
 int64_t
 lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
                  void (*bad) (void *opaque, uint64_t first_unit,
@@ -627,6 +659,7 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
   struct cdev *x = to_cdev (d);
   const uint64_t batch = LG_UNITS_PER_MD * 64; /* 10.5 MiB */
   uint8_t *buf = malloc (batch * LG_UNIT_SIZE);
+  struct bad_merge m = { .bad = bad, .opaque = opaque };
   int64_t total = 0;
 
   if (buf == NULL || (repair && lgc_ensure_dirty (x) < 0)) {
@@ -640,9 +673,10 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
 
     lgc_span_init (&sp, u, u + cnt);
     lgc_span_lock (x, &sp, repair);
-    r = lgc_read_units_locked (x, &sp, buf, bad, opaque, false, repair);
+    r = lgc_read_units_locked (x, &sp, buf, bad_merge_add, &m, false, repair);
     lgc_span_unlock (x, &sp);
     if (r < 0) {
+      bad_merge_flush (&m);
       free (buf);
       return -1;
     }
@@ -650,6 +684,7 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
     if (progress)
       progress (u + cnt - first, n);
   }
+  bad_merge_flush (&m);
   sodium_memzero (buf, batch * LG_UNIT_SIZE);
   free (buf);
   if (repair && total == 0 && first == 0 && n == x->h.nunits

@@ -11,7 +11,10 @@
  * requests (unaligned, or through the crypt layer) run on the worker.
  *
  * Threads: the tree is built before the session starts and is immutable
- * afterwards; per-file counters are atomics.
+ * afterwards; per-file counters are atomics.  What each file has
+ * allocated (st_blocks) is counted from the device's extents by whichever
+ * worker asks first, under lg_fs.alloc_lock (never held across a device
+ * call or a reply).
  */
 #include <config.h>
 
@@ -21,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,11 +41,35 @@
 #define MAX_NODES 1024
 #define STATS_NAME ".stats"
 
+/* How long a count of allocated bytes is shown before it is counted again
+ * (seconds), and at least how long after a write, trim or zero through
+ * the mount; and how long one stat may spend walking the extents before
+ * it answers with what it has (microseconds): a walk of a large, much
+ * fragmented LUN goes on at the next stat, from where it stopped. */
+#define ALLOC_MAX_AGE_S 5
+#define ALLOC_MIN_AGE_S 1
+#define ALLOC_WALK_BUDGET_US (100 * 1000)
+
+/* The allocation count of a file (fs->alloc_lock). */
+struct alloc {
+  bool known;                 /* bytes holds a complete count */
+  bool walking;               /* a worker walks the extents now */
+  uint64_t bytes;             /* allocated bytes, at the last complete walk */
+  uint64_t counted_us;        /* when that walk started */
+  uint64_t gen;               /* writes_gen when that walk started */
+  uint64_t cursor;            /* where an unfinished walk goes on; 0: none */
+  uint64_t partial;           /* allocated bytes below cursor */
+  uint64_t walk_us, walk_gen; /* the unfinished walk's start */
+};
+
 struct node {
   int parent; /* index, -1 for the root */
   char name[256];
   bool dir;
   struct lg_dev *dev; /* files; counters in dev->stats */
+  /* Writes, trims and zeroes completed: a count older than that is stale. */
+  atomic_uint_fast64_t writes_gen;
+  struct alloc alloc;
 };
 
 struct lg_fs {
@@ -50,6 +78,7 @@ struct lg_fs {
   struct node nodes[MAX_NODES];
   int stats; /* index of .stats */
   time_t mounted;
+  pthread_mutex_t alloc_lock; /* every node's alloc; a leaf lock */
   /* Whole-block requests started and not yet answered (areq_done): the
    * session is not destroyed, nor a device closed, while any is. */
   atomic_uint inflight;
@@ -92,6 +121,7 @@ lg_fs_new (const struct lg_fs_opts *o)
   if (fs == NULL)
     return NULL;
   fs->o = *o;
+  pthread_mutex_init (&fs->alloc_lock, NULL);
   fs->n = 1;
   fs->nodes[0].parent = -1;
   fs->nodes[0].dir = true;
@@ -142,10 +172,103 @@ lg_fs_free (struct lg_fs *fs)
         lg_error ("%s: flush at unmount failed", fs->nodes[i].dev->name);
       lg_dev_close (fs->nodes[i].dev);
     }
+  pthread_mutex_destroy (&fs->alloc_lock);
   free (fs);
 }
 
 /* ---- attributes ---- */
+
+/* A write, trim or zero through the mount completed on nd. */
+static void
+written (struct node *nd)
+{
+  atomic_fetch_add (&nd->writes_gen, 1);
+}
+
+struct alloc_walk {
+  uint64_t cursor, bytes, deadline_us;
+  bool out_of_time;
+};
+
+static int
+alloc_extent (void *opaque, uint64_t off, uint64_t len, bool hole)
+{
+  struct alloc_walk *w = opaque;
+
+  if (!hole)
+    w->bytes += len;
+  w->cursor = off + len;
+  if (lg_dev_now_us () >= w->deadline_us) {
+    w->out_of_time = true;
+    return -1;
+  }
+  return 0;
+}
+
+/* What nd's LUN has allocated, in bytes: counted from its extents, at
+ * most ALLOC_MAX_AGE_S old, again after a write (no sooner than
+ * ALLOC_MIN_AGE_S).  Where the device has no extents (a thick LUN, the
+ * crypt layer), or before a first walk has finished, or when the walk
+ * failed: the whole size, which is never less than what is allocated. */
+static uint64_t
+allocated_bytes (struct node *nd)
+{
+  struct lg_dev *d = nd->dev;
+  struct alloc *a = &nd->alloc;
+  uint64_t size = __atomic_load_n (&d->size, __ATOMIC_RELAXED);
+  uint64_t now = lg_dev_now_us (), gen = atomic_load (&nd->writes_gen);
+  uint64_t age, res;
+  struct alloc_walk w;
+  int r;
+
+  if (!d->can_extents || size == 0)
+    return size;
+  pthread_mutex_lock (&the_fs->alloc_lock);
+  age = now - a->counted_us;
+  if (a->walking
+      || (a->known && a->cursor == 0 && age < ALLOC_MAX_AGE_S * 1000000
+          && (a->gen == gen || age < ALLOC_MIN_AGE_S * 1000000))) {
+    res = a->known ? a->bytes : size;
+    pthread_mutex_unlock (&the_fs->alloc_lock);
+    return res < size ? res : size;
+  }
+  a->walking = true;
+  if (a->cursor == 0 || a->cursor >= size) {
+    a->cursor = 0;
+    a->partial = 0;
+    a->walk_us = now;
+    a->walk_gen = gen;
+  }
+  w.cursor = a->cursor;
+  w.bytes = a->partial;
+  pthread_mutex_unlock (&the_fs->alloc_lock);
+
+  w.deadline_us = now + ALLOC_WALK_BUDGET_US;
+  w.out_of_time = false;
+  r = lg_dev_extents (d, size - w.cursor, w.cursor, alloc_extent, &w);
+
+  pthread_mutex_lock (&the_fs->alloc_lock);
+  a->walking = false;
+  if (r < 0 && !w.out_of_time) {
+    /* The device logged it; counted again at the next stat. */
+    a->cursor = 0;
+    a->known = false;
+  }
+  else if (w.out_of_time && w.cursor < size) {
+    a->cursor = w.cursor;
+    a->partial = w.bytes;
+  }
+  else {
+    a->known = true;
+    a->bytes = w.bytes;
+    a->counted_us = a->walk_us;
+    a->gen = a->walk_gen;
+    a->cursor = 0;
+  }
+  res = a->known ? a->bytes : size;
+  pthread_mutex_unlock (&the_fs->alloc_lock);
+  return res < size ? res : size;
+}
 
 static void
 fill_stat (fuse_ino_t ino, struct stat *st)
@@ -180,7 +303,8 @@ fill_stat (fuse_ino_t ino, struct stat *st)
     st->st_blksize
         = (blksize_t) (nd->dev->pref_block_size ? nd->dev->pref_block_size
                                                 : 4096);
-    st->st_blocks = (blkcnt_t) (nd->dev->size / 512);
+    /* du shows what the LUN holds, not its size. */
+    st->st_blocks = (blkcnt_t) ((allocated_bytes (nd) + 511) / 512);
   }
 }
 
@@ -406,6 +530,8 @@ areq_done (void *opaque, int err)
 
   lg_dev_account (nd->dev, a->write ? LG_OP_WRITE : LG_OP_READ, a->size,
                   a->start, err);
+  if (a->write)
+    written (nd);
   if (err)
     fuse_reply_err (a->req, file_errno (err));
   else if (a->write)
@@ -495,6 +621,7 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
           off_t off, struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
+  int r;
 
   (void) fi;
   if (nd->dev == NULL) {
@@ -510,7 +637,9 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
   if (!nd->dev->read_only
       && start_async (req, nd, true, buf, size, (uint64_t) off))
     return;
-  if (lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0) < 0) {
+  r = lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0);
+  written (nd); /* a failed write may have written a part */
+  if (r < 0) {
     fuse_reply_err (req, file_errno (errno));
     return;
   }
@@ -570,6 +699,7 @@ fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
     fuse_reply_err (req, EOPNOTSUPP);
     return;
   }
+  written (nd);
   if (r < 0) {
     fuse_reply_err (req, file_errno (errno));
     return;
