@@ -553,8 +553,7 @@ lgc_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   /* The stored bytes under a ZERO slot are zeroed too: fast only where
    * the LUN deallocates them (the lower device's WRITE SAME with UNMAP). */
-  if ((flags & LG_FAST_ZERO)
-      && (!d->can_fast_zero || !(flags & LG_MAY_TRIM))) {
+  if ((flags & LG_FAST_ZERO) && (!d->can_fast_zero || !(flags & LG_MAY_TRIM))) {
     errno = ENOTSUP;
     return -1;
   }
