@@ -547,9 +547,9 @@ Test (lun, lba_status_zero_length_run)
   bool stopped;
 
   /* Followed by another descriptor: the run ends where that one starts. */
-  cr_assert_eq (lg_lba_status_walk (&st, 0, 3 * tb2 + 8, n, 512, record, &s,
-                                    &stopped),
-                3 * tb2 + 8);
+  cr_assert_eq (
+      lg_lba_status_walk (&st, 0, 3 * tb2 + 8, n, 512, record, &s, &stopped),
+      3 * tb2 + 8);
   cr_assert_eq (s.n, 2);
   cr_assert_eq (s.off[0], 0);
   cr_assert_eq (s.len[0], 3 * tb2 * 512);
@@ -569,8 +569,8 @@ Test (lun, lba_status_zero_length_run)
   st.num_descriptors = 2;
   ds[1].lba = n + 1;
   s.n = 0;
-  cr_assert_eq (
-      lg_lba_status_walk (&st, 0, tb2, n, 512, record, &s, &stopped), 1);
+  cr_assert_eq (lg_lba_status_walk (&st, 0, tb2, n, 512, record, &s, &stopped),
+                1);
 }
 
 static struct lg_lun_info
