@@ -44,9 +44,33 @@ default_sink (enum lg_log_level level, const char *msg)
 }
 
 void
+lg_escape_controls (char *out, size_t len, const char *in)
+{
+  size_t o = 0;
+
+  for (const unsigned char *p = (const unsigned char *) in; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) {
+      if (o + 4 >= len)
+        break;
+      snprintf (out + o, 5, "\\x%02x", *p);
+      o += 4;
+    }
+    else {
+      if (o + 1 >= len)
+        break;
+      out[o++] = (char) *p;
+    }
+  }
+  out[o] = '\0';
+}
+
+/* Messages carry text from the target and from libiscsi (SendTargets
+ * names, INQUIRY strings, error texts): control bytes are escaped, so that
+ * none reaches a terminal or a log as a control sequence. */
+void
 lg_log (enum lg_log_level level, const char *fmt, ...)
 {
-  char buf[1024];
+  char buf[1024], safe[1024];
   va_list ap;
 
   if (level > max_level)
@@ -54,5 +78,6 @@ lg_log (enum lg_log_level level, const char *fmt, ...)
   va_start (ap, fmt);
   vsnprintf (buf, sizeof buf, fmt, ap);
   va_end (ap);
-  (sink ? sink : default_sink) (level, buf);
+  lg_escape_controls (safe, sizeof safe, buf);
+  (sink ? sink : default_sink) (level, safe);
 }

@@ -7,6 +7,8 @@
 #ifndef LG_LOG_H
 #define LG_LOG_H
 
+#include <stddef.h>
+
 enum lg_log_level {
   LG_LOG_ERROR = 0,
   LG_LOG_WARN = 1,
@@ -25,6 +27,10 @@ enum lg_log_level lg_log_get_level (void);
 
 void lg_log (enum lg_log_level level, const char *fmt, ...)
     __attribute__ ((format (printf, 2, 3)));
+
+/* Copies in to out (len bytes with the NUL), each control byte (below
+ * 0x20, and 0x7f) written as \xNN; cut to fit. */
+void lg_escape_controls (char *out, size_t len, const char *in);
 
 #define lg_error(...) lg_log (LG_LOG_ERROR, __VA_ARGS__)
 #define lg_warn(...) lg_log (LG_LOG_WARN, __VA_ARGS__)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "util/fmt.h"
+#include "util/log.h"
 
 Test (fmt, human_size)
 {
@@ -134,4 +135,33 @@ Test (fmt, parse_long_list)
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
     cr_assert_eq (lg_parse_long_list (bad[i], 1, 256, v, 4), -1, "'%s'",
                   bad[i]);
+}
+
+/* Text from the target reaches the log with its control bytes escaped:
+ * no terminal escape sequence gets through. */
+static char last[1100];
+
+static void
+keep (enum lg_log_level level, const char *msg)
+{
+  (void) level;
+  snprintf (last, sizeof last, "%s", msg);
+}
+
+Test (fmt, log_escapes_control_bytes)
+{
+  char b[16];
+
+  lg_log_set_sink (keep);
+  lg_log_set_level (LG_LOG_INFO);
+  lg_error ("target says: %s", "\x1b]0;pwned\x07\x1b[31mred\r\n");
+  cr_assert_str_eq (last,
+                    "target says: \\x1b]0;pwned\\x07\\x1b[31mred\\x0d\\x0a");
+  lg_escape_controls (b, sizeof b,
+                      "abc\x1b\x7f"
+                      "def");
+  cr_assert_str_eq (b, "abc\\x1b\\x7fdef");
+  lg_escape_controls (b, 6, "ab\x01zzzz"); /* cut, never a half escape */
+  cr_assert_str_eq (b, "ab");
+  lg_log_set_sink (NULL);
 }
