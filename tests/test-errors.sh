@@ -10,6 +10,7 @@ tgt_start
 t=iqn.2026-11.org.lungate:errors
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
+tgt_add_lun 1 2 4K
 tgt_allow_initiator 1 iqn.2026-11.org.lungate:allowed
 url="iscsi://$TGT_PORTAL/$t"
 lunfile=$(tgt_lun_file 1 1)
@@ -31,6 +32,14 @@ grep -q "^lungate: debug: " "$d/v1" || fail "info -v prints no debug message"
 if grep -q "trace:" "$d/v1"; then fail "info -v already traces commands (that is -v -v)"; fi
 grep -q "^lungate: trace: .*: INQUIRY: GOOD" "$d/v2" \
   || fail "info -v -v does not trace the commands"
+
+# A LUN smaller than the lungate headers is a plain LUN, not an error.
+with_timeout 60 "$LUNGATE" info "${allowed[@]}" "$url/2" >"$d/tiny" 2>&1 \
+  || { cat "$d/tiny"; fail "info of a 4 KiB LUN"; }
+grep -qx "lungate-volume: no" "$d/tiny" || { cat "$d/tiny"; fail "a 4 KiB LUN is not a plain LUN"; }
+head -c 32 /dev/urandom >"$d/key"
+expect_fail_with "too small to be a lungate volume" \
+  "$LUNGATE" verify "${allowed[@]}" --key-file "$d/key" "$url/2"
 
 # No such target, no such LUN.
 expect_fail_with "iqn.2026-11.org.lungate:missing: target not found" \

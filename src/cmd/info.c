@@ -216,7 +216,9 @@ print_volume (struct lg_dev *d, bool json)
   char err[512], uuid[40];
   int r;
 
-  r = lg_header_read (d, &h, err, sizeof err);
+  r = d->size < LG_HDR_COPY1_OFFSET + LG_HDR_SIZE
+      ? (errno = ENOENT, -1)
+      : lg_header_read (d, &h, err, sizeof err);
   if (r < 0 && errno == ENOENT) {
     printf (json ? ", \"lungate_volume\": false" : "lungate-volume: no\n");
     return;

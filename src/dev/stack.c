@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,9 @@
 #include "dev/stack.h"
 #include "util/log.h"
 
+/* Below this a device cannot hold both header copies. */
+#define LG_STACK_MIN_VOLUME (LG_HDR_COPY1_OFFSET + LG_HDR_SIZE)
+
 struct lg_dev *
 lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
                size_t md_cache_blocks, char *err, size_t errlen)
@@ -26,6 +30,17 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
   uint8_t *mk = NULL;
   int saved;
 
+  if (lower->size < LG_STACK_MIN_VOLUME) {
+    /* Too small to hold the headers: never a volume. */
+    if (!has_key)
+      return lower;
+    snprintf (err, errlen,
+              "%s: a key was given but the LUN (%" PRIu64 " bytes) is too "
+              "small to be a lungate volume",
+              lower->name, lower->size);
+    saved = EINVAL;
+    goto fail;
+  }
   if (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY0_OFFSET) < 0) {
     saved = errno;
     snprintf (err, errlen, "%s: cannot read the header: %s", lower->name,
@@ -172,6 +187,8 @@ has_header (struct lg_dev *lower)
 {
   uint8_t buf[LG_HDR_SIZE];
 
+  if (lower->size < LG_STACK_MIN_VOLUME)
+    return false;
   return (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY0_OFFSET) == 0
           && lg_header_has_magic (buf))
       || (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY1_OFFSET) == 0

@@ -5,6 +5,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,9 @@ type_name (int t)
     return "other";
   }
 }
+
+/* The largest physical block believed (a READ CAPACITY field). */
+#define LG_PHYS_MAX (16u << 20)
 
 /* Copies a space-padded INQUIRY string, trimming the padding. */
 static void
@@ -449,18 +453,28 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
     errno = ENOTSUP;
     goto out;
   }
-  if (rc->returned_lba == UINT64_MAX
-      || (rc->returned_lba + 1) > UINT64_MAX / rc->block_length) {
-    snprintf (err, errlen, "%s/%d: READ CAPACITY(16): capacity out of range",
-              io->target, lun);
+  /* Sizes are off_t and int64_t above (nbdkit, FUSE): at most 2^63 - 1. */
+  if (rc->returned_lba >= (UINT64_C (1) << 63) / rc->block_length) {
+    snprintf (err, errlen,
+              "%s/%d: READ CAPACITY(16): capacity of %" PRIu64
+              " blocks of %u bytes is beyond 2^63 bytes",
+              io->target, lun, rc->returned_lba, rc->block_length);
+    errno = EIO;
+    goto out;
+  }
+  if (rc->lbppbe > 16
+      || ((uint64_t) rc->block_length << rc->lbppbe) > LG_PHYS_MAX) {
+    snprintf (err, errlen,
+              "%s/%d: READ CAPACITY(16): physical block exponent %u "
+              "(blocks of %u bytes) is beyond 16 or 16 MiB",
+              io->target, lun, rc->lbppbe, rc->block_length);
     errno = EIO;
     goto out;
   }
   info->block_size = rc->block_length;
   info->nblocks = rc->returned_lba + 1;
   info->size = info->nblocks * info->block_size;
-  info->phys_block_size
-      = rc->lbppbe < 16 ? info->block_size << rc->lbppbe : info->block_size;
+  info->phys_block_size = info->block_size << rc->lbppbe;
   info->lbpme = rc->lbpme != 0;
   info->lbprz = rc->lbprz != 0;
   scsi_free_scsi_task (task);
