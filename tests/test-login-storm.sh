@@ -13,7 +13,7 @@ t=iqn.2026-11.org.lungate:storm
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_allow 1 ALL
-"${NBDKIT[@]}" -f -U "$TGT_DIR/s.sock" "$LUNGATE_PLUGIN" "url=iscsi://$TGT_PORTAL/$t/1" connections=1 \
+"${NBDKIT[@]}" -f -v -U "$TGT_DIR/s.sock" "$LUNGATE_PLUGIN" "url=iscsi://$TGT_PORTAL/$t/1" connections=1 \
   2>"$TGT_DIR/s.log" &
 gw=$!
 on_exit nbd_stop "$gw"

@@ -300,6 +300,35 @@ busy (struct lg_session *s, struct lg_cmd *cmd)
   return true;
 }
 
+/* A READ that the target answered without all its data: a declared
+ * underflow (the U bit and a residual) under GOOD or RECOVERED ERROR, or a
+ * RECOVERED ERROR at all (libiscsi cannot say whether every byte arrived;
+ * the buffer may hold what it held before).  The read fails with EIO
+ * rather than return those bytes as data. */
+static bool
+short_read (struct lg_cmd *cmd, int status)
+{
+  const struct scsi_task *t = cmd->task;
+  bool recovered = status == SCSI_STATUS_CHECK_CONDITION
+      && t->sense.key == SCSI_SENSE_RECOVERED_ERROR;
+
+  if (t == NULL || (t->cdb[0] != 0x28 && t->cdb[0] != 0x88)
+      || (status != SCSI_STATUS_GOOD && !recovered))
+    return false;
+  if (t->residual_status == SCSI_RESIDUAL_UNDERFLOW && t->residual > 0)
+    snprintf (cmd->msg, sizeof cmd->msg,
+              "the target sent %zu bytes less than the read asked for "
+              "(underflow) and said %s",
+              (size_t) t->residual, recovered ? "RECOVERED ERROR" : "GOOD");
+  else if (recovered)
+    snprintf (cmd->msg, sizeof cmd->msg,
+              "RECOVERED ERROR on a read: its data is not trusted");
+  else
+    return false;
+  cmd->status = SCSI_STATUS_ERROR;
+  return true;
+}
+
 static void
 scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
          void *private_data)
@@ -333,6 +362,10 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
   /* An answer from the target: the outcome is known. */
   lg_s_cmd_known (s, cmd);
   cmd->status = status;
+  if (short_read (cmd, status)) {
+    lg_s_complete (s, cmd);
+    return;
+  }
   if (status == SCSI_STATUS_TASK_ABORTED && may_retry (s, cmd, lg_mono_ms ())) {
     /* Aborted by the target (an ABORT TASK, a LUN RESET from any
      * initiator): it will not execute any further; issue it again. */

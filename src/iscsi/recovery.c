@@ -169,6 +169,7 @@ lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd)
   if (cmd->doubt)
     resolve (s, cmd->doubt);
   cmd->trouble_ms = 0;
+  s->answered = true;
 }
 
 /* The target confirmed that cmd is gone: issue it again, or fail it when
@@ -495,6 +496,9 @@ restart:
 void
 lg_s_connection_lost (struct lg_session *s, const char *why)
 {
+  int64_t now = lg_mono_ms ();
+  bool worked = s->answered || now - s->up_since >= LASTED_MS;
+
   if (!s->up)
     return;
   snprintf (s->dead_msg, sizeof s->dead_msg, "%s: connection lost: %s",
@@ -503,25 +507,38 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
   s->broken = false;
   s->recovering = false;
   s->resets_pending = 0;
-  s->down_since = lg_mono_ms ();
-  /* The backoff starts again only after a connection that lasted: a
-   * target that accepts logins and drops them at once gets no storm. */
-  if (s->down_since - s->up_since >= 10 * 1000)
+  /* The backoff and the outage budget start again only after a connection
+   * that worked: a target that accepts logins and drops them at once (or
+   * breaks the protocol at the first command) gets no storm, and what
+   * waits fails when the budget is spent. */
+  if (worked || s->down_since == 0) {
+    s->down_since = now;
     s->backoff_ms = 0;
+    s->short_conns = 0;
+  }
   else {
     s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : MIN_BACKOFF_MS;
     if (s->backoff_ms > MAX_BACKOFF_MS)
       s->backoff_ms = MAX_BACKOFF_MS;
+    s->short_conns++;
   }
-  s->next_attempt = s->down_since;
+  s->next_attempt = now;
   if (s->backoff_ms)
     s->next_attempt += s->backoff_ms / 2
         + (int64_t) randombytes_uniform (s->backoff_ms / 2 + 1);
   if (s->discovery || s->budget_s == 0)
     s->failing = true;
   lg_s_set_ready (s);
-  lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
-           s->failing ? "" : "; reconnecting");
+  if (worked || s->short_conns == 1)
+    lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
+             s->failing ? "" : "; reconnecting");
+  else if (now - s->short_log_ms >= STORM_LOG_MS) {
+    lg_warn ("%s: the target closes the connection soon after login, "
+             "before answering a command (%s): %u attempts in %.0f s",
+             lg_s_name (s), why, s->short_conns,
+             (double) (now - s->down_since) / 1000.0);
+    s->short_log_ms = now;
+  }
   iscsi_scsi_cancel_all_tasks (s->ctx);
   /* What libiscsi dropped without calling back (it does, when it logs out
    * by itself): ours to hold all the same. */

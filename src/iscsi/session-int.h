@@ -40,6 +40,8 @@
 /* Between two reconnection attempts (jittered, doubling). */
 #define MIN_BACKOFF_MS 100
 #define MAX_BACKOFF_MS 5000
+#define LASTED_MS (10 * 1000)
+#define STORM_LOG_MS (60 * 1000)
 
 enum phase {
   PHASE_CONNECTING,
@@ -120,6 +122,13 @@ struct lg_session {
 
   /* Loop thread only: the reconnection schedule. */
   int64_t down_since, next_attempt;
+  /* A connection counts as one that worked only when a command was
+   * answered on it or it lasted LASTED_MS; one that did not continues the
+   * outage (its budget, its backoff), and is counted, not logged, with a
+   * summary every STORM_LOG_MS. */
+  bool answered;
+  unsigned short_conns;
+  int64_t short_log_ms;
   unsigned backoff_ms;
   char last_err[256];
   int64_t last_err_log;

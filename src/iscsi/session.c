@@ -355,10 +355,15 @@ loop_down (struct lg_session *s)
   s->failing = false;
   s->nops_pending = 0;
   s->up_since = s->last_keepalive = lg_mono_ms ();
+  s->answered = false;
   s->last_err[0] = '\0';
   atomic_fetch_add (&s->reconnects, 1);
-  lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
-           (double) (lg_mono_ms () - s->down_since) / 1000.0);
+  if (s->short_conns == 0)
+    lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
+             (double) (lg_mono_ms () - s->down_since) / 1000.0);
+  else
+    lg_debug ("%s: logged in again at %s (%u short connections)", s->target,
+              s->portal, s->short_conns);
   lg_s_after_login (s);
   pthread_mutex_unlock (&s->lock);
 }
