@@ -517,8 +517,8 @@ lg_s_flush_out (struct lg_session *s)
   if (!s->up || atomic_load (&s->stopping)
       || !(iscsi_which_events (s->ctx) & POLLOUT))
     return false;
-  if (iscsi_service (s->ctx, POLLOUT) < 0 || s->broken) {
-    lg_s_connection_lost (s, lg_s_why (s->ctx, why, sizeof why));
+  if (lg_s_service (s, POLLOUT) < 0 || s->broken) {
+    lg_s_connection_lost (s, lg_s_why (s, why, sizeof why));
     return true;
   }
   return (iscsi_which_events (s->ctx) & POLLOUT) != 0;

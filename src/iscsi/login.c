@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "iscsi/relay.h"
 #include "iscsi/session-int.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -45,6 +46,8 @@ lg_login_init (struct lg_login *l)
   l->initiator_name = strdup (name);
   l->connect_timeout = LG_DEFAULT_CONNECT_TIMEOUT;
   l->io_timeout = LG_DEFAULT_IO_TIMEOUT;
+  l->no_relay = getenv ("LUNGATE_NO_RELAY") != NULL
+      && strcmp (getenv ("LUNGATE_NO_RELAY"), "1") == 0;
   return l->initiator_name ? 0 : -1;
 }
 
@@ -62,11 +65,22 @@ lg_login_clear (struct lg_login *l)
 /* libiscsi's error text, fit for a log line: no trailing newline, and its
  * words for a connection that just closed replaced by what happened. */
 const char *
-lg_s_why (struct iscsi_context *ctx, char *buf, size_t len)
+lg_s_why (struct lg_session *s, char *buf, size_t len)
 {
-  const char *e = ctx ? iscsi_get_error (ctx) : NULL;
+  const char *e = s->ctx ? iscsi_get_error (s->ctx) : NULL;
   size_t n;
 
+  if (s->relay && lg_relay_error (s->relay)[0]) {
+    /* What the relay saw comes first: libiscsi only saw a closed socket. */
+    if (lg_relay_broke_protocol (s->relay)) {
+      s->answered = false; /* no connection that broke it counts as working */
+      snprintf (buf, len, "the target broke the protocol: %s",
+                lg_relay_error (s->relay));
+    }
+    else
+      snprintf (buf, len, "%s", lg_relay_error (s->relay));
+    return buf;
+  }
   if (e == NULL || *e == '\0')
     e = "unknown error";
   if (strstr (e, "reconnect_if_loggedin") != NULL)
@@ -151,7 +165,14 @@ login_cb (struct iscsi_context *ctx, int status, void *command_data,
   struct lg_session *s = private_data;
 
   (void) command_data;
-  if (status != SCSI_STATUS_GOOD)
+  if (status == SCSI_STATUS_REDIRECT) {
+    const char *a = iscsi_get_target_address (ctx);
+
+    snprintf (s->redirect, sizeof s->redirect, "%s", a ? a : "");
+    s->redirect[strcspn (s->redirect, ",")] = '\0'; /* the ,TPGT */
+    s->phase = PHASE_REDIRECTED;
+  }
+  else if (status != SCSI_STATUS_GOOD)
     set_open_error (s, "login failed", iscsi_get_error (ctx));
   else
     s->phase = PHASE_READY;
@@ -168,9 +189,61 @@ connect_cb (struct iscsi_context *ctx, int status, void *command_data,
     set_open_error (s, "cannot connect", iscsi_get_error (ctx));
     return;
   }
+  if (!s->login->no_relay) {
+    char err[256];
+
+    s->relay = lg_relay_attach (iscsi_get_fd (ctx), err, sizeof err);
+    if (s->relay == NULL) {
+      set_open_error (s, "cannot connect", err);
+      return;
+    }
+  }
   s->phase = PHASE_LOGGING_IN;
   if (iscsi_login_async (ctx, login_cb, s) != 0)
     set_open_error (s, "login failed", iscsi_get_error (ctx));
+}
+
+void
+lg_s_drop_ctx (struct lg_session *s)
+{
+  if (s->ctx)
+    iscsi_destroy_context (s->ctx);
+  s->ctx = NULL;
+  lg_relay_free (s->relay);
+  s->relay = NULL;
+}
+
+void
+lg_s_poll_set (struct lg_session *s, struct pollfd *pfd, unsigned *n)
+{
+  pfd[0].fd = iscsi_get_fd (s->ctx);
+  pfd[0].events = (short) iscsi_which_events (s->ctx);
+  pfd[0].revents = 0;
+  pfd[1].fd = s->efd;
+  pfd[1].events = POLLIN;
+  pfd[1].revents = 0;
+  *n = 2;
+  if (s->relay) {
+    pfd[2].fd = lg_relay_net_fd (s->relay);
+    pfd[2].events = lg_relay_net_events (s->relay);
+    pfd[2].revents = 0;
+    *n = 3;
+  }
+}
+
+int
+lg_s_service (struct lg_session *s, short revents)
+{
+  bool in = false;
+
+  if (s->relay && lg_relay_pump (s->relay, &in) < 0)
+    return -1;
+  if (iscsi_service (s->ctx, revents | (in ? POLLIN : 0)) < 0)
+    return -1;
+  /* What libiscsi wrote goes on now, not at the next wake-up. */
+  if (s->relay && lg_relay_pump (s->relay, &in) < 0)
+    return -1;
+  return 0;
 }
 
 /* Services the context once, waiting at most timeout_ms.  Returns -1 when
@@ -178,17 +251,13 @@ connect_cb (struct iscsi_context *ctx, int status, void *command_data,
 int
 lg_s_service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
 {
-  struct pollfd pfd[2];
+  struct pollfd pfd[3];
+  unsigned n;
   int64_t now;
   int r;
 
-  pfd[0].fd = iscsi_get_fd (s->ctx);
-  pfd[0].events = (short) iscsi_which_events (s->ctx);
-  pfd[0].revents = 0;
-  pfd[1].fd = s->efd;
-  pfd[1].events = POLLIN;
-  pfd[1].revents = 0;
-  r = poll (pfd, 2, timeout_ms);
+  lg_s_poll_set (s, pfd, &n);
+  r = poll (pfd, n, timeout_ms);
   if (r < 0 && errno != EINTR) {
     lg_error ("%s: poll: %m", s->portal);
     return -1;
@@ -200,10 +269,11 @@ lg_s_service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
       lg_debug ("eventfd read: %m");
   }
   now = lg_mono_ms ();
-  if (pfd[0].revents == 0 && now - *last_service < SERVICE_INTERVAL_MS)
+  if (pfd[0].revents == 0 && (n < 3 || pfd[2].revents == 0)
+      && now - *last_service < SERVICE_INTERVAL_MS)
     return 0;
   *last_service = now;
-  return iscsi_service (s->ctx, pfd[0].revents) < 0 ? -1 : 0;
+  return lg_s_service (s, pfd[0].revents);
 }
 
 static void
@@ -307,10 +377,99 @@ connect_and_login (struct lg_session *s, int64_t deadline, int timeout_s)
       char why[256];
 
       set_open_error (s, "connection lost during login",
-                      lg_s_why (s->ctx, why, sizeof why));
+                      lg_s_why (s, why, sizeof why));
     }
   }
-  return s->phase == PHASE_READY ? 0 : -1;
+  return s->phase == PHASE_READY ? 0 : s->phase == PHASE_REDIRECTED ? 1 : -1;
+}
+
+/* The host part of a portal ("host:port", "[v6]:port"). */
+static void
+portal_host (const char *portal, char *buf, size_t len)
+{
+  const char *end;
+
+  if (portal[0] == '[') {
+    end = strchr (portal, ']');
+    snprintf (buf, len, "%.*s", end ? (int) (end - portal - 1) : 0, portal + 1);
+    return;
+  }
+  end = strrchr (portal, ':');
+  snprintf (buf, len, "%.*s",
+            end ? (int) (end - portal) : (int) strlen (portal), portal);
+}
+
+static bool
+loopback (const char *host)
+{
+  return strncmp (host, "127.", 4) == 0 || strcmp (host, "::1") == 0
+      || strcmp (host, "localhost") == 0;
+}
+
+/* Whether a login redirect to s->redirect may be followed from portal:
+ * only to an address the user could have typed, which a loopback portal
+ * is not for another host. */
+static bool
+redirect_ok (struct lg_session *s, const char *portal)
+{
+  char from[300], to[300];
+
+  portal_host (portal, from, sizeof from);
+  portal_host (s->redirect, to, sizeof to);
+  if (s->redirect[0] == '\0' || to[0] == '\0') {
+    set_open_error (s, "login failed",
+                    "redirected with no usable TargetAddress");
+    return false;
+  }
+  if (loopback (from) && !loopback (to)) {
+    snprintf (s->open_err, sizeof s->open_err,
+              "%s: %s: the target redirects the login from a loopback portal "
+              "to %s: refused (give that portal in the URL if it is meant)",
+              portal, s->target, s->redirect);
+    s->open_errno = EACCES;
+    s->phase = PHASE_FAILED;
+    return false;
+  }
+  if (strcmp (from, to) != 0)
+    lg_warn ("%s: %s: login redirected to %s", portal, s->target, s->redirect);
+  return true;
+}
+
+/* Connects to portal and logs in, following up to MAX_REDIRECTS login
+ * redirects. */
+static int
+login_via (struct lg_session *s, const char *portal, int64_t t)
+{
+  char err[256];
+
+  snprintf (s->portal, sizeof s->portal, "%s", portal);
+  for (int hops = 0;; hops++) {
+    int r;
+
+    s->ctx = make_context (s, err, sizeof err);
+    if (s->ctx == NULL) {
+      s->phase = PHASE_FAILED;
+      s->open_errno = ENOMEM;
+      snprintf (s->open_err, sizeof s->open_err, "%s", err);
+      return -1;
+    }
+    r = connect_and_login (s, lg_mono_ms () + t, (int) ((t + 999) / 1000));
+    if (r <= 0)
+      return r;
+    lg_s_drop_ctx (s);
+    if (hops == MAX_REDIRECTS) {
+      snprintf (s->open_err, sizeof s->open_err,
+                "%s: %s: the login was redirected %d times (last to %s): "
+                "giving up",
+                portal, s->target, MAX_REDIRECTS + 1, s->redirect);
+      s->open_errno = ELOOP;
+      s->phase = PHASE_FAILED;
+      return -1;
+    }
+    if (!redirect_ok (s, s->portal))
+      return -1;
+    snprintf (s->portal, sizeof s->portal, "%s", s->redirect);
+  }
 }
 
 /* Tries each portal in turn, from s->cur, once.  Loop thread; s->ctx is
@@ -322,25 +481,14 @@ lg_s_connect_any (struct lg_session *s, int64_t limit_ms)
   for (unsigned k = 0; k < s->nportals; k++) {
     unsigned i = (s->cur + k) % s->nportals;
     int64_t t = (int64_t) s->connect_timeout * 1000;
-    char err[256];
 
     if (limit_ms >= 0 && limit_ms < t)
       t = limit_ms < 1000 ? 1000 : limit_ms;
-    snprintf (s->portal, sizeof s->portal, "%s", s->portals[i]);
-    s->ctx = make_context (s, err, sizeof err);
-    if (s->ctx == NULL) {
-      s->phase = PHASE_FAILED;
-      s->open_errno = ENOMEM;
-      snprintf (s->open_err, sizeof s->open_err, "%s", err);
-      return -1;
-    }
-    if (connect_and_login (s, lg_mono_ms () + t, (int) ((t + 999) / 1000))
-        == 0) {
+    if (login_via (s, s->portals[i], t) == 0) {
       s->cur = i;
       return 0;
     }
-    iscsi_destroy_context (s->ctx);
-    s->ctx = NULL;
+    lg_s_drop_ctx (s);
     if (atomic_load (&s->stopping))
       break;
   }

@@ -169,7 +169,10 @@ lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd)
   if (cmd->doubt)
     resolve (s, cmd->doubt);
   cmd->trouble_ms = 0;
-  s->answered = true;
+  /* An ordinary command answered: the connection works (the checks and
+   * resets a login sends are immediate and pass a closed window). */
+  if (!cmd->priority)
+    s->answered = true;
 }
 
 /* The target confirmed that cmd is gone: issue it again, or fail it when
@@ -317,7 +320,8 @@ start_abort (struct lg_session *s, struct lg_cmd *cmd, int64_t now)
     lg_s_connection_lost (s, "no answer to SendTargets");
     return;
   }
-  cmd->trouble_ms = now;
+  if (cmd->trouble_ms == 0)
+    cmd->trouble_ms = now; /* the budget counts from the first trouble */
   doubt (s, cmd);
   cmd->tmf = send_tmf (s, ISCSI_TM_ABORT_TASK, cmd->lun, cmd->task);
   if (cmd->tmf == NULL) {
@@ -327,9 +331,9 @@ start_abort (struct lg_session *s, struct lg_cmd *cmd, int64_t now)
   cmd->tmf->cmd = cmd;
   cmd->tmf->doubt = cmd->doubt;
   cmd->state = CMD_ABORTING;
-  lg_warn ("%s/%d: %s: no answer for %d s; asking the target to abort it "
+  lg_warn ("%s/%d: %s: no answer for %.0f s; asking the target to abort it "
            "(ABORT TASK)%s",
-           s->target, cmd->lun, what, CMD_TIMEOUT_MS / 1000,
+           s->target, cmd->lun, what, (double) (now - cmd->issued_ms) / 1000,
            cmd->doubt ? "; later writes to that range wait for its answer"
                       : "");
 }
@@ -436,16 +440,24 @@ tmf_cb (struct iscsi_context *ctx, int status, void *command_data,
 
 /* ---- the loop's checks, once a second ---- */
 
-/* Commands past CMD_TIMEOUT_MS are aborted; commands in trouble past the
- * outage budget are reported failed (their ranges stay fenced). */
+/* Commands unanswered for CMD_TIMEOUT_MS, or for the outage budget where
+ * it is shorter, are aborted, and so are commands issued again that have
+ * been in trouble for the budget; commands in trouble past the budget are
+ * reported failed (their ranges stay fenced).  So the budget bounds every
+ * wait, up to one more budget for the abort's answer. */
 void
 lg_s_scan (struct lg_session *s, int64_t now)
 {
   int64_t budget = (int64_t) s->budget_s * 1000;
+  int64_t abort_after
+      = budget > 0 && budget < CMD_TIMEOUT_MS ? budget : CMD_TIMEOUT_MS;
   struct lg_cmd *c, *keep = NULL, *keep_tail = NULL;
 
   for (c = s->inflight; c && s->up; c = c->next)
-    if (c->state == CMD_ISSUED && now - c->issued_ms >= CMD_TIMEOUT_MS) {
+    if (c->state == CMD_ISSUED
+        && (now - c->issued_ms >= abort_after
+            || (budget > 0 && c->trouble_ms
+                && now - c->trouble_ms >= budget))) {
       start_abort (s, c, now);
       if (!s->up)
         return;
@@ -497,7 +509,8 @@ void
 lg_s_connection_lost (struct lg_session *s, const char *why)
 {
   int64_t now = lg_mono_ms ();
-  bool worked = s->answered || now - s->up_since >= LASTED_MS;
+  bool lasted = now - s->up_since >= LASTED_MS;
+  bool worked = s->answered || lasted;
 
   if (!s->up)
     return;
@@ -507,12 +520,16 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
   s->broken = false;
   s->recovering = false;
   s->resets_pending = 0;
-  /* The backoff and the outage budget start again only after a connection
-   * that worked: a target that accepts logins and drops them at once (or
-   * breaks the protocol at the first command) gets no storm, and what
-   * waits fails when the budget is spent. */
-  if (worked || s->down_since == 0) {
+  /* The outage budget starts again only after a connection that worked
+   * (answered an ordinary command, or lasted): a target that accepts
+   * logins and drops them at once, or breaks the protocol at the first
+   * command, has what waits fail when the budget is spent.  The backoff
+   * starts again only after one that lasted, so logins stay spaced even
+   * where each gets some work done (a target asking to log out after
+   * every few commands). */
+  if (worked || s->down_since == 0)
     s->down_since = now;
+  if (lasted) {
     s->backoff_ms = 0;
     s->short_conns = 0;
   }
@@ -529,12 +546,12 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
   if (s->discovery || s->budget_s == 0)
     s->failing = true;
   lg_s_set_ready (s);
-  if (worked || s->short_conns == 1)
+  if (lasted || s->short_conns == 1)
     lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
              s->failing ? "" : "; reconnecting");
   else if (now - s->short_log_ms >= STORM_LOG_MS) {
-    lg_warn ("%s: the target closes the connection soon after login, "
-             "before answering a command (%s): %u attempts in %.0f s",
+    lg_warn ("%s: the target closes the connection soon after login "
+             "(%s): %u attempts in %.0f s",
              lg_s_name (s), why, s->short_conns,
              (double) (now - s->down_since) / 1000.0);
     s->short_log_ms = now;

@@ -13,6 +13,7 @@
 #ifndef LG_SESSION_INT_H
 #define LG_SESSION_INT_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,6 +41,7 @@
 /* Between two reconnection attempts (jittered, doubling). */
 #define MIN_BACKOFF_MS 100
 #define MAX_BACKOFF_MS 5000
+#define MAX_REDIRECTS 5 /* login redirects followed in a row */
 #define LASTED_MS (10 * 1000)
 #define STORM_LOG_MS (60 * 1000)
 
@@ -48,6 +50,7 @@ enum phase {
   PHASE_LOGGING_IN,
   PHASE_READY,
   PHASE_FAILED,
+  PHASE_REDIRECTED, /* login: the target names another portal */
   PHASE_LOGGED_OUT,
 };
 
@@ -72,13 +75,15 @@ struct tmf {
 
 struct lg_session {
   struct iscsi_context *ctx; /* see the lock */
+  struct lg_relay *relay;    /* between ctx and the target (relay.h) */
   pthread_t thread;
   int efd;                      /* eventfd: wakes the loop */
   const struct lg_login *login; /* the caller's; outlives the session */
   char portals[LG_MAX_PORTALS][300];
   unsigned nportals;
-  unsigned cur;     /* loop thread: the portal in use or tried next */
-  char portal[300]; /* the portal in use (for messages) */
+  unsigned cur;       /* loop thread: the portal in use or tried next */
+  char portal[300];   /* the portal in use (for messages) */
+  char redirect[300]; /* login: where the target sent us */
   char target[256];
   char initiator[256];
   bool discovery;
@@ -142,7 +147,15 @@ struct lg_session {
 int lg_s_connect_any (struct lg_session *s, int64_t limit_ms);
 int lg_s_service_once (struct lg_session *s, int timeout_ms,
                        int64_t *last_service);
-const char *lg_s_why (struct iscsi_context *ctx, char *buf, size_t len);
+const char *lg_s_why (struct lg_session *s, char *buf, size_t len);
+/* The context and its relay: destroyed together. */
+void lg_s_drop_ctx (struct lg_session *s);
+/* The descriptors to poll for the context: libiscsi's, the eventfd and
+ * (with a relay) the target's socket; *n of them. */
+void lg_s_poll_set (struct lg_session *s, struct pollfd *pfd, unsigned *n);
+/* Services the context (and moves the relay's bytes before and after):
+ * -1 when the connection is broken (lg_s_why says why). */
+int lg_s_service (struct lg_session *s, short revents);
 
 /* cmds.c */
 void lg_s_push (struct lg_cmd **head, struct lg_cmd **tail, struct lg_cmd *c);

@@ -117,22 +117,18 @@ run_delayed (struct lg_session *s, int64_t now)
 static void
 loop_up (struct lg_session *s, int64_t *last)
 {
-  struct pollfd pfd[2];
+  struct pollfd pfd[3];
+  unsigned n;
   int64_t now, next;
   int timeout = SERVICE_INTERVAL_MS;
 
   pthread_mutex_lock (&s->lock);
-  pfd[0].fd = iscsi_get_fd (s->ctx);
-  pfd[0].events = (short) iscsi_which_events (s->ctx);
+  lg_s_poll_set (s, pfd, &n);
   next = s->delayed ? run_delayed (s, lg_mono_ms ()) : -1;
   pthread_mutex_unlock (&s->lock);
   if (next >= 0 && next < timeout)
     timeout = (int) next;
-  pfd[0].revents = 0;
-  pfd[1].fd = s->efd;
-  pfd[1].events = POLLIN;
-  pfd[1].revents = 0;
-  if (poll (pfd, 2, timeout) < 0 && errno != EINTR) {
+  if (poll (pfd, n, timeout) < 0 && errno != EINTR) {
     lg_error ("%s: poll: %m", s->portal);
     return;
   }
@@ -145,12 +141,14 @@ loop_up (struct lg_session *s, int64_t *last)
   now = lg_mono_ms ();
   pthread_mutex_lock (&s->lock);
   /* A submitter may have found the connection dead meanwhile. */
-  if (s->up && (pfd[0].revents != 0 || now - *last >= SERVICE_INTERVAL_MS)) {
+  if (s->up
+      && (pfd[0].revents != 0 || (n == 3 && pfd[2].revents != 0)
+          || now - *last >= SERVICE_INTERVAL_MS)) {
     *last = now;
-    if (iscsi_service (s->ctx, pfd[0].revents) < 0 || s->broken) {
+    if (lg_s_service (s, pfd[0].revents) < 0 || s->broken) {
       char why[256];
 
-      lg_s_connection_lost (s, lg_s_why (s->ctx, why, sizeof why));
+      lg_s_connection_lost (s, lg_s_why (s, why, sizeof why));
     }
   }
   if (s->up)
@@ -297,10 +295,7 @@ loop_down (struct lg_session *s)
 {
   int64_t now = lg_mono_ms (), limit = -1;
   pthread_mutex_lock (&s->lock);
-  if (s->ctx) {
-    iscsi_destroy_context (s->ctx);
-    s->ctx = NULL;
-  }
+  lg_s_drop_ctx (s);
   if (!s->failing && s->budget_s > 0
       && now - s->down_since >= (int64_t) s->budget_s * 1000) {
     char why[sizeof s->dead_msg];
@@ -381,15 +376,16 @@ log_out (struct lg_session *s)
   out = s->up && iscsi_logout_async (s->ctx, logout_cb, s) == 0;
   pthread_mutex_unlock (&s->lock);
   while (out && s->phase != PHASE_LOGGED_OUT && lg_mono_ms () < deadline) {
-    struct pollfd pfd = { .fd = iscsi_get_fd (s->ctx), .revents = 0 };
+    struct pollfd pfd[3];
+    unsigned n;
 
     pthread_mutex_lock (&s->lock);
-    pfd.events = (short) iscsi_which_events (s->ctx);
+    lg_s_poll_set (s, pfd, &n);
     pthread_mutex_unlock (&s->lock);
-    if (poll (&pfd, 1, 100) < 0 && errno != EINTR)
+    if (poll (pfd, n, 100) < 0 && errno != EINTR)
       break;
     pthread_mutex_lock (&s->lock);
-    out = iscsi_service (s->ctx, pfd.revents) == 0;
+    out = lg_s_service (s, pfd[0].revents) == 0;
     pthread_mutex_unlock (&s->lock);
   }
 }
@@ -517,8 +513,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
   return s;
 
 err:
-  if (s->ctx)
-    iscsi_destroy_context (s->ctx);
+  lg_s_drop_ctx (s);
   if (s->efd >= 0)
     close (s->efd);
   lg_waiter_destroy (&s->opened);
@@ -693,8 +688,7 @@ lg_session_close (struct lg_session *s)
   /* Its commands fail at once now. */
   join_validator (s);
   free (s->vluns);
-  if (s->ctx)
-    iscsi_destroy_context (s->ctx);
+  lg_s_drop_ctx (s);
   if (s->own_fence)
     lg_fence_free (s->fence);
   close (s->efd);

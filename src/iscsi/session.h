@@ -42,6 +42,9 @@ struct lg_login {
    * once, < 0 waits for ever.  Either way the session keeps trying to log
    * in again and serves again when it can. */
   int io_timeout;
+  /* Off: libiscsi reads the target's socket itself, nothing checked
+   * (relay.h).  For benchmarks; LUNGATE_NO_RELAY=1 sets it. */
+  bool no_relay;
 };
 
 #define LG_DEFAULT_CONNECT_TIMEOUT 10

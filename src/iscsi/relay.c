@@ -1,0 +1,787 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The relay: see relay.h.  Each direction is a buffer parsed PDU by PDU
+ * as it fills; bytes move on once the header of their PDU was checked
+ * (and, for the small PDUs whose data segment matters, once the whole PDU
+ * was).  Task tags live in an open-addressing table, as libiscsi issued
+ * them. */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "iscsi/relay.h"
+
+#define BUF_CAP (1u << 20) /* each way: a PDU held whole must fit */
+#define TASKS 8192         /* a power of 2 */
+#define LOGIN_MRDSL 65536  /* a bound before anything is negotiated */
+#define DEFAULT_MRDSL 8192 /* RFC 7143's default */
+#define NOP_FLOOD 200      /* unsolicited NOP-Ins in one second */
+#define WINDOW_SHUT_S 4    /* a command window closed this long */
+#define BHS 48
+
+enum kind { K_FREE, K_SCSI, K_NOP, K_TMF, K_LOGIN, K_TEXT, K_LOGOUT };
+
+struct task {
+  uint32_t itt;
+  uint8_t kind;
+  bool r, w;
+  uint32_t edtl, got; /* expected data transfer length, Data-In so far */
+  uint32_t rtt;       /* ABORT TASK: the task it aborts */
+};
+
+/* One direction: bytes [off, len) are in buf; [off, ok) are checked and
+ * go on; scan is where parsing stands. */
+struct side {
+  unsigned char *buf;
+  size_t len, off, ok, scan;
+  uint64_t data_left; /* of the PDU being passed through */
+};
+
+struct lg_relay {
+  int net, lib; /* the TCP socket; our end of the socketpair */
+  struct side in, out;
+  struct task *tasks;
+  unsigned ntasks;
+  bool ff;         /* full feature phase (digests apply) */
+  unsigned hd, dd; /* digest bytes: header, data */
+  unsigned hd_next, dd_next;
+  uint32_t my_mrdsl;  /* what libiscsi declared */
+  uint32_t max_burst; /* the negotiated MaxBurstLength */
+  time_t nop_sec;
+  unsigned nop_count;
+  time_t shut_since; /* the command window closed since (0: open) */
+  uint32_t exp_cmdsn, max_cmdsn;
+  bool broke;
+  bool eof, shut; /* the target's side ended; libiscsi's told so */
+  char err[256];
+};
+
+static uint32_t
+be32 (const unsigned char *p)
+{
+  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
+      | p[3];
+}
+
+static uint32_t
+be24 (const unsigned char *p)
+{
+  return (uint32_t) p[0] << 16 | (uint32_t) p[1] << 8 | p[2];
+}
+
+static int
+fail (struct lg_relay *r, bool broke, const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsnprintf (r->err, sizeof r->err, fmt, ap);
+  va_end (ap);
+  r->broke = broke;
+  return -1;
+}
+
+/* ---- the task table ---- */
+
+static struct task *
+find (struct lg_relay *r, uint32_t itt)
+{
+  for (unsigned i = 0, h = itt & (TASKS - 1); i < TASKS;
+       i++, h = (h + 1) & (TASKS - 1)) {
+    if (r->tasks[h].kind == K_FREE)
+      return NULL;
+    if (r->tasks[h].itt == itt)
+      return &r->tasks[h];
+  }
+  return NULL;
+}
+
+static struct task *
+insert (struct lg_relay *r, uint32_t itt, enum kind k)
+{
+  struct task *t = find (r, itt);
+  unsigned h = itt & (TASKS - 1);
+
+  if (t == NULL) {
+    if (r->ntasks >= TASKS / 2)
+      return NULL;
+    while (r->tasks[h].kind != K_FREE)
+      h = (h + 1) & (TASKS - 1);
+    t = &r->tasks[h];
+    r->ntasks++;
+  }
+  memset (t, 0, sizeof *t);
+  t->itt = itt;
+  t->kind = (uint8_t) k;
+  return t;
+}
+
+/* Backward-shift deletion: later entries of the run move up. */
+static void
+drop (struct lg_relay *r, struct task *t)
+{
+  unsigned i = (unsigned) (t - r->tasks);
+
+  r->tasks[i].kind = K_FREE;
+  r->ntasks--;
+  for (unsigned j = (i + 1) & (TASKS - 1); r->tasks[j].kind != K_FREE;
+       j = (j + 1) & (TASKS - 1)) {
+    unsigned home = r->tasks[j].itt & (TASKS - 1);
+
+    /* Move j into the hole at i unless its home lies in (i, j]. */
+    if ((j > i && (home <= i || home > j))
+        || (j < i && home <= i && home > j)) {
+      r->tasks[i] = r->tasks[j];
+      r->tasks[j].kind = K_FREE;
+      i = j;
+    }
+  }
+}
+
+/* ---- text keys (login) ---- */
+
+static bool
+key_value (const unsigned char *d, size_t n, const char *key, char *val,
+           size_t vlen)
+{
+  size_t klen = strlen (key);
+
+  for (size_t p = 0; p < n;) {
+    size_t e = p;
+
+    while (e < n && d[e] != '\0')
+      e++;
+    if (e - p > klen && memcmp (d + p, key, klen) == 0 && d[p + klen] == '=') {
+      size_t l = e - p - klen - 1;
+
+      if (l >= vlen)
+        l = vlen - 1;
+      memcpy (val, d + p + klen + 1, l);
+      val[l] = '\0';
+      return true;
+    }
+    p = e + 1;
+  }
+  return false;
+}
+
+static bool
+key_number (const unsigned char *d, size_t n, const char *key, uint32_t *v)
+{
+  char val[32], *end;
+  unsigned long x;
+
+  if (!key_value (d, n, key, val, sizeof val))
+    return false;
+  errno = 0;
+  x = strtoul (val, &end, 10);
+  if (errno || end == val || *end || x > UINT32_MAX)
+    return false;
+  *v = (uint32_t) x;
+  return true;
+}
+
+/* ---- what libiscsi sends ---- */
+
+static void
+note_login (struct lg_relay *r, const unsigned char *d, size_t n)
+{
+  uint32_t v;
+
+  if (key_number (d, n, "MaxRecvDataSegmentLength", &v) && v >= 512)
+    r->my_mrdsl = v;
+}
+
+static void
+note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
+          size_t n)
+{
+  uint32_t itt = be32 (h + 16);
+  struct task *t;
+
+  switch (h[0] & 0x3f) {
+  case 0x01: /* SCSI Command */
+    if ((t = insert (r, itt, K_SCSI)) != NULL) {
+      t->r = (h[1] & 0x40) != 0;
+      t->w = (h[1] & 0x20) != 0;
+      t->edtl = be32 (h + 20);
+    }
+    break;
+  case 0x00: /* NOP-Out */
+    if (itt != 0xffffffff)
+      insert (r, itt, K_NOP);
+    break;
+  case 0x02: /* Task Management Function */
+    if ((t = insert (r, itt, K_TMF)) != NULL && (h[1] & 0x7f) == 1)
+      t->rtt = be32 (h + 20);
+    break;
+  case 0x03:
+    insert (r, itt, K_LOGIN);
+    note_login (r, d, n);
+    break;
+  case 0x04:
+    insert (r, itt, K_TEXT);
+    break;
+  case 0x06:
+    insert (r, itt, K_LOGOUT);
+    break;
+  default:
+    break;
+  }
+}
+
+/* ---- what the target sends ---- */
+
+/* The status of a read, against the data it got. */
+static int
+check_coverage (struct lg_relay *r, const struct task *t,
+                const unsigned char *h, bool in_datain)
+{
+  bool under = (h[1] & 0x02) != 0;
+  uint32_t resid = be32 (h + 44), missing = t->edtl - t->got;
+
+  if (!t->r || h[3] != 0 || (!in_datain && h[2] != 0))
+    return 0;
+  if (under && resid != missing)
+    return fail (r, true,
+                 "a read (task 0x%08x) got %" PRIu32 " of %" PRIu32
+                 " bytes but the target declared a residual of %" PRIu32,
+                 t->itt, t->got, t->edtl, resid);
+  if (!under && missing)
+    return fail (r, true,
+                 "the target sent %" PRIu32 " of the %" PRIu32
+                 " bytes of a read (task 0x%08x) and said GOOD without an "
+                 "underflow",
+                 t->got, t->edtl, t->itt);
+  return 0;
+}
+
+static int
+check_datain (struct lg_relay *r, const unsigned char *h, uint32_t dsl)
+{
+  uint32_t itt = be32 (h + 16), off = be32 (h + 40);
+  struct task *t = find (r, itt);
+  int rc = 0;
+
+  if (t == NULL || t->kind != K_SCSI || !t->r)
+    return fail (r, true, "a Data-In for task 0x%08x, which is %s", itt,
+                 t ? "not a read of ours" : "no command of ours");
+  if (off != t->got)
+    return fail (r, true,
+                 "a Data-In at offset %" PRIu32 " where %" PRIu32
+                 " was next (task 0x%08x: a gap or an overlap)",
+                 off, t->got, itt);
+  if ((uint64_t) off + dsl > t->edtl)
+    return fail (r, true,
+                 "a Data-In of %" PRIu32 " bytes at %" PRIu32
+                 " beyond the %" PRIu32 " the command asked for",
+                 dsl, off, t->edtl);
+  t->got += dsl;
+  if (h[1] & 0x01) {
+    if (!(h[1] & 0x80))
+      return fail (r, true, "a status in a Data-In without the final bit");
+    rc = check_coverage (r, t, h, true);
+    drop (r, t);
+  }
+  return rc;
+}
+
+/* Sense data as libiscsi will parse it: SenseLength within the segment,
+ * and long enough for the fields it reads. */
+static int
+check_sense (struct lg_relay *r, const struct task *t, const unsigned char *d,
+             uint32_t dsl)
+{
+  uint32_t sl;
+  unsigned code, key;
+
+  if (dsl < 2)
+    return fail (r, true, "a CHECK CONDITION without sense data");
+  sl = (uint32_t) d[0] << 8 | d[1];
+  if (sl + 2 > dsl)
+    return fail (r, true,
+                 "a SenseLength of %" PRIu32 " in a segment of %" PRIu32
+                 " bytes",
+                 sl, dsl);
+  code = sl ? d[2] & 0x7f : 0;
+  if (sl < 4 || ((code == 0x70 || code == 0x71) && sl < 14))
+    return fail (r, true, "sense data of %" PRIu32 " bytes (code 0x%02x)", sl,
+                 code);
+  key = (code == 0x72 || code == 0x73) ? d[3] & 0x0f : d[4] & 0x0f;
+  if (key == 0x01 && t->r && t->got < t->edtl)
+    return fail (r, true,
+                 "RECOVERED ERROR on a read that got %" PRIu32 " of %" PRIu32
+                 " bytes",
+                 t->got, t->edtl);
+  return 0;
+}
+
+static int
+check_response (struct lg_relay *r, const unsigned char *h,
+                const unsigned char *d, uint32_t dsl)
+{
+  uint32_t itt = be32 (h + 16);
+  struct task *t = find (r, itt);
+  int rc;
+
+  if (t == NULL || t->kind != K_SCSI)
+    return fail (r, true, "a SCSI Response for task 0x%08x, %s", itt,
+                 t ? "which is not a command" : "which is no command of ours");
+  rc = (h[2] == 0 && h[3] == 0x02) ? check_sense (r, t, d, dsl)
+                                   : check_coverage (r, t, h, false);
+  drop (r, t);
+  return rc;
+}
+
+static int
+check_r2t (struct lg_relay *r, const unsigned char *h)
+{
+  uint32_t itt = be32 (h + 16), off = be32 (h + 40), len = be32 (h + 44);
+  const struct task *t = find (r, itt);
+
+  if (t == NULL || t->kind != K_SCSI || !t->w)
+    return fail (r, true, "an R2T for task 0x%08x, which is no write of ours",
+                 itt);
+  if (len == 0 || (uint64_t) off + len > t->edtl || len > r->max_burst)
+    return fail (r, true,
+                 "an R2T for %" PRIu32 " bytes at %" PRIu32
+                 " (the write has %" PRIu32 ", MaxBurstLength %" PRIu32 ")",
+                 len, off, t->edtl, r->max_burst);
+  return 0;
+}
+
+static int
+check_nopin (struct lg_relay *r, const unsigned char *h)
+{
+  uint32_t itt = be32 (h + 16);
+  struct task *t;
+  struct timespec ts;
+
+  if (itt == 0xffffffff) {
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    if (ts.tv_sec != r->nop_sec) {
+      r->nop_sec = ts.tv_sec;
+      r->nop_count = 0;
+    }
+    if (++r->nop_count > NOP_FLOOD)
+      return fail (r, true, "a flood of NOP-Ins (over %d in a second)",
+                   NOP_FLOOD);
+    return 0;
+  }
+  t = find (r, itt);
+  if (t == NULL || t->kind != K_NOP)
+    return fail (r, true,
+                 "a NOP-In for task 0x%08x, which is no NOP-Out of ours", itt);
+  drop (r, t);
+  return 0;
+}
+
+static int
+check_login (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
+             uint32_t dsl)
+{
+  struct task *t = find (r, be32 (h + 16));
+  uint32_t v;
+  char val[32];
+
+  if (r->ff || t == NULL || t->kind != K_LOGIN)
+    return fail (r, true, "a Login Response out of the login");
+  drop (r, t);
+  if (key_number (d, dsl, "MaxRecvDataSegmentLength", &v) && v < 512)
+    return fail (r, true,
+                 "the target declares MaxRecvDataSegmentLength=%" PRIu32, v);
+  if (key_number (d, dsl, "MaxBurstLength", &v) && v >= 512)
+    r->max_burst = v;
+  if (key_value (d, dsl, "HeaderDigest", val, sizeof val))
+    r->hd_next = strcmp (val, "CRC32C") == 0 ? 4 : 0;
+  if (key_value (d, dsl, "DataDigest", val, sizeof val))
+    r->dd_next = strcmp (val, "CRC32C") == 0 ? 4 : 0;
+  return 0;
+}
+
+/* After a Login Response that moves to full feature phase. */
+static void
+maybe_full_feature (struct lg_relay *r, const unsigned char *h)
+{
+  if ((h[0] & 0x3f) == 0x23 && h[36] == 0 && (h[1] & 0x80)
+      && (h[1] & 0x03) == 3) {
+    r->ff = true;
+    r->hd = r->hd_next;
+    r->dd = r->dd_next;
+  }
+}
+
+static int
+check_simple (struct lg_relay *r, const unsigned char *h, enum kind k,
+              const char *what)
+{
+  uint32_t itt = be32 (h + 16);
+  struct task *t = find (r, itt);
+
+  if (t == NULL || t->kind != k)
+    return fail (r, true, "a %s for task 0x%08x, which is none of ours", what,
+                 itt);
+  if (k == K_TMF && t->rtt) {
+    struct task *a = find (r, t->rtt);
+
+    if (a && a->kind == K_SCSI)
+      drop (r, a); /* aborted: no answer will come */
+    t = find (r, itt);
+  }
+  if (t && (k != K_TEXT || (h[1] & 0x80)))
+    drop (r, t);
+  return 0;
+}
+
+static const char *const async_what[] = {
+  [1] = "log out",
+  [2] = "drop the connection",
+  [3] = "drop every connection",
+  [4] = "negotiate again",
+};
+
+static time_t
+now_s (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1; /* never 0 */
+}
+
+/* ExpCmdSN and MaxCmdSN, which every PDU of the full feature phase but a
+ * Reject carries: a window held closed (MaxCmdSN = ExpCmdSN - 1) stalls
+ * every command, and libiscsi's keepalive behind them. */
+static void
+note_window (struct lg_relay *r, const unsigned char *h)
+{
+  unsigned op = h[0] & 0x3f;
+
+  if (!r->ff || op == 0x3f || op == 0x23)
+    return;
+  r->exp_cmdsn = be32 (h + 28);
+  r->max_cmdsn = be32 (h + 32);
+  if ((int32_t) (r->max_cmdsn - r->exp_cmdsn) < 0) {
+    if (r->shut_since == 0)
+      r->shut_since = now_s ();
+  }
+  else
+    r->shut_since = 0;
+}
+
+static int
+check_window (struct lg_relay *r)
+{
+  if (r->shut_since && now_s () - r->shut_since >= WINDOW_SHUT_S)
+    return fail (r, true,
+                 "the target has kept its command window closed for %d s "
+                 "(MaxCmdSN 0x%08" PRIx32 ", ExpCmdSN 0x%08" PRIx32 ")",
+                 WINDOW_SHUT_S, r->max_cmdsn, r->exp_cmdsn);
+  return 0;
+}
+
+int
+lg_relay_check_in (struct lg_relay *r, const unsigned char *h, size_t len)
+{
+  uint32_t dsl = be24 (h + 5), limit = r->ff ? r->my_mrdsl : LOGIN_MRDSL;
+  const unsigned char *d = h + BHS + r->hd;
+  uint32_t have = len >= BHS + r->hd ? (uint32_t) (len - BHS - r->hd) : 0;
+
+  if (have > dsl)
+    have = dsl;
+  note_window (r, h);
+  if (h[4])
+    return fail (r, true, "a PDU with an additional header (TotalAHSLength %u)",
+                 h[4]);
+  if (dsl > limit)
+    return fail (r, true,
+                 "a DataSegmentLength of %" PRIu32 " beyond the %" PRIu32
+                 " negotiated",
+                 dsl, limit);
+  switch (h[0] & 0x3f) {
+  case 0x25:
+    return check_datain (r, h, dsl);
+  case 0x21:
+    return check_response (r, h, d, have);
+  case 0x31:
+    return check_r2t (r, h);
+  case 0x20:
+    return check_nopin (r, h);
+  case 0x23:
+    return check_login (r, h, d, have);
+  case 0x22:
+    return check_simple (r, h, K_TMF, "Task Management Response");
+  case 0x24:
+    return check_simple (r, h, K_TEXT, "Text Response");
+  case 0x26:
+    return check_simple (r, h, K_LOGOUT, "Logout Response");
+  case 0x32:
+    if (h[36] >= 1 && h[36] <= 4)
+      return fail (r, false, "the target asks to %s (AsyncEvent %u)",
+                   async_what[h[36]], h[36]);
+    return 0;
+  case 0x3f:
+    return fail (r, false, "the target rejected a PDU (reason 0x%02x)", h[2]);
+  default:
+    return fail (r, true, "a PDU of opcode 0x%02x, which targets do not send",
+                 h[0] & 0x3f);
+  }
+}
+
+/* ---- moving bytes ---- */
+
+/* The PDUs whose data segment is checked: held until whole. */
+static bool
+held_whole (bool inbound, const unsigned char *h)
+{
+  unsigned op = h[0] & 0x3f;
+
+  if (!inbound)
+    return op == 0x03;
+  return op == 0x21 || op == 0x23;
+}
+
+static size_t
+pdu_size (const struct lg_relay *r, const unsigned char *h)
+{
+  uint32_t dsl = be24 (h + 5);
+  size_t data = dsl ? ((size_t) dsl + 3) / 4 * 4 + r->dd : 0;
+
+  return BHS + (size_t) h[4] * 4 + r->hd + data;
+}
+
+/* Parses what arrived on one side; moves ok forward. */
+static int
+parse (struct lg_relay *r, struct side *s, bool inbound)
+{
+  while (s->scan < s->len) {
+    const unsigned char *h = s->buf + s->scan;
+    size_t avail = s->len - s->scan, size;
+
+    if (s->data_left) {
+      size_t n = avail < s->data_left ? avail : (size_t) s->data_left;
+
+      s->scan += n;
+      s->data_left -= n;
+      s->ok = s->scan;
+      continue;
+    }
+    if (avail < BHS)
+      break;
+    size = pdu_size (r, h);
+    if (held_whole (inbound, h)) {
+      if (size > BUF_CAP / 2)
+        return fail (r, true, "a PDU of %zu bytes", size);
+      if (avail < size)
+        break;
+      if (inbound ? lg_relay_check_in (r, h, size) < 0
+                  : (note_out (r, h, h + BHS + r->hd, be24 (h + 5)), 0))
+        return -1;
+      if (inbound)
+        maybe_full_feature (r, h);
+      s->scan += size;
+      s->ok = s->scan;
+      continue;
+    }
+    if (inbound && lg_relay_check_in (r, h, BHS) < 0)
+      return -1;
+    if (!inbound)
+      note_out (r, h, NULL, 0);
+    s->data_left = size;
+  }
+  return 0;
+}
+
+/* Writes the checked bytes of s to fd; compacts s. */
+static int
+deliver (struct lg_relay *r, struct side *s, int fd, bool *moved)
+{
+  while (s->off < s->ok) {
+    /* No SIGPIPE when the peer is gone: the error says it. */
+    ssize_t n = send (fd, s->buf + s->off, s->ok - s->off, MSG_NOSIGNAL);
+
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n <= 0)
+      return fail (r, false, "%s", n < 0 ? strerror (errno) : "closed");
+    s->off += (size_t) n;
+    *moved = true;
+  }
+  if (s->off == s->len) {
+    s->off = s->ok = s->scan = s->len = 0;
+  }
+  else if (s->off > 0 && (s->off > BUF_CAP / 2 || s->len == BUF_CAP)) {
+    memmove (s->buf, s->buf + s->off, s->len - s->off);
+    s->len -= s->off;
+    s->ok -= s->off;
+    s->scan -= s->off;
+    s->off = 0;
+  }
+  return 0;
+}
+
+/* Reads what fd has into s and parses it. */
+static int
+fill (struct lg_relay *r, struct side *s, int fd, bool inbound)
+{
+  while (s->len < BUF_CAP) {
+    ssize_t n = read (fd, s->buf + s->len, BUF_CAP - s->len);
+
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n <= 0 && inbound) {
+      /* Closed or reset: libiscsi gets what came before, then the end,
+       * and says what it makes of it (a login refusal, say). */
+      r->eof = true;
+      break;
+    }
+    if (n <= 0)
+      return fail (r, false, "%s", n < 0 ? strerror (errno) : "closed");
+    s->len += (size_t) n;
+    if (parse (r, s, inbound) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+int
+lg_relay_pump (struct lg_relay *r, bool *delivered)
+{
+  bool sent = false;
+
+  *delivered = false;
+  if (r->err[0] || check_window (r) < 0)
+    return -1;
+  if (fill (r, &r->out, r->lib, false) < 0
+      || deliver (r, &r->out, r->net, &sent) < 0
+      || (!r->eof && fill (r, &r->in, r->net, true) < 0)
+      || deliver (r, &r->in, r->lib, delivered) < 0)
+    return -1;
+  if (r->eof && !r->shut && r->in.off == r->in.len) {
+    shutdown (r->lib, SHUT_WR);
+    r->shut = true;
+    *delivered = true;
+  }
+  return 0;
+}
+
+short
+lg_relay_net_events (const struct lg_relay *r)
+{
+  return (short) ((r->in.len < BUF_CAP && !r->eof ? POLLIN : 0)
+                  | (r->out.off < r->out.ok ? POLLOUT : 0));
+}
+
+int
+lg_relay_net_fd (const struct lg_relay *r)
+{
+  return r->net;
+}
+
+const char *
+lg_relay_error (const struct lg_relay *r)
+{
+  return r->err;
+}
+
+bool
+lg_relay_broke_protocol (const struct lg_relay *r)
+{
+  return r->broke;
+}
+
+/* ---- set-up ---- */
+
+struct lg_relay *
+lg_relay_new_detached (void)
+{
+  struct lg_relay *r = calloc (1, sizeof *r);
+
+  if (r == NULL)
+    return NULL;
+  r->net = r->lib = -1;
+  r->tasks = calloc (TASKS, sizeof *r->tasks);
+  r->in.buf = malloc (BUF_CAP);
+  r->out.buf = malloc (BUF_CAP);
+  if (r->tasks == NULL || r->in.buf == NULL || r->out.buf == NULL) {
+    lg_relay_free (r);
+    return NULL;
+  }
+  r->my_mrdsl = DEFAULT_MRDSL;
+  r->max_burst = 262144;
+  return r;
+}
+
+void
+lg_relay_note_out (struct lg_relay *r, const unsigned char *hdr, size_t len)
+{
+  uint32_t dsl = be24 (hdr + 5);
+
+  if (len < BHS)
+    return;
+  note_out (r, hdr, hdr + BHS, len - BHS < dsl ? len - BHS : dsl);
+}
+
+static int
+nonblocking (int fd)
+{
+  int fl = fcntl (fd, F_GETFL);
+
+  return fl < 0 ? -1 : fcntl (fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+struct lg_relay *
+lg_relay_attach (int lib_fd, char *err, size_t errlen)
+{
+  struct lg_relay *r = lg_relay_new_detached ();
+  int sp[2] = { -1, -1 };
+
+  if (r == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return NULL;
+  }
+  r->net = fcntl (lib_fd, F_DUPFD_CLOEXEC, 3);
+  if (r->net < 0 || socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0
+      || nonblocking (sp[0]) < 0 || nonblocking (sp[1]) < 0
+      || nonblocking (r->net) < 0 || dup2 (sp[0], lib_fd) < 0) {
+    snprintf (err, errlen, "cannot set up the relay: %s", strerror (errno));
+    if (sp[0] >= 0) {
+      close (sp[0]);
+      close (sp[1]);
+    }
+    lg_relay_free (r);
+    return NULL;
+  }
+  close (sp[0]); /* lib_fd is that end now */
+  r->lib = sp[1];
+  return r;
+}
+
+void
+lg_relay_free (struct lg_relay *r)
+{
+  if (r == NULL)
+    return;
+  if (r->net >= 0)
+    close (r->net);
+  if (r->lib >= 0)
+    close (r->lib);
+  free (r->tasks);
+  free (r->in.buf);
+  free (r->out.buf);
+  free (r);
+}
