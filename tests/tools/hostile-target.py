@@ -32,7 +32,8 @@ MODES = {
     "stall (read and ignore everything)",
     "huge-dsl": "first READ: a Data-In with DataSegmentLength 16 MiB-1 "
     "(and that much data)",
-    "ahs": "first SCSI command: SCSI Response with TotalAHSLength 2",
+    "ahs": "first SCSI Response PDU (not a Data-In with status) with "
+    "TotalAHSLength 2",
     "wrong-itt": "first READ: Data-In and SCSI Response with an ITT that "
     "matches nothing, then the real answer",
     "login-itt-datain": "first READ: a Data-In carrying the login's ITT, "
