@@ -348,6 +348,7 @@ class Conn:
         self.target = ""
         self.login_itt = None
         self.login_keys = {}
+        self.login_buf = b""
         self.login_started = False
         self.tsih = 0
         self.peer_mrdsl = 8192
@@ -495,12 +496,12 @@ class Conn:
         cmdsn = u32(pdu.hdr, 24)
         self.expcmdsn = cmdsn
         self.login_itt = pdu.itt
-        self.login_keys_buf = getattr(self, "login_keys_buf", b"") + pdu.data
+        self.login_buf += pdu.data
         if flags & 0x40:
-            self.login_reply(pdu, 0, csg, 0, b"")
+            self.login_reply(pdu, 0, csg, 0, b"")    # C bit: more to come
             return
-        keys = parse_keys(self.login_keys_buf)
-        self.login_keys_buf = b""
+        keys = parse_keys(self.login_buf)
+        self.login_buf = b""
         self.login_keys.update(keys)
         self.session = self.login_keys.get("SessionType", "Normal")
         self.target = self.login_keys.get("TargetName", "")
@@ -623,6 +624,7 @@ class Conn:
     def on_nop_out(self, pdu):
         if pdu.itt == NO_ITT:
             return      # the answer to one of our NOP-Ins
+        self.log("nop-out itt=0x%08x", pdu.itt)
         h = self.header(0x20, 0x80, pdu.itt, pdu.lun_raw)
         put(h, 20, 4, NO_ITT)
         self.send(h, pdu.data[:self.peer_mrdsl])
@@ -788,6 +790,11 @@ class Conn:
             self.flood_inquiry(pdu)
         else:
             self.reply_data(pdu, data, edtl)
+
+    def note_capacity(self):
+        for m in ("capacity-zero", "capacity-huge", "block-len-odd"):
+            self.active(m, "blocks=%d len=%d" % (reported_blocks(),
+                                                 reported_block_len()))
 
     def pre_checks(self, lun, op):
         if op in (0x12, 0xA0):
@@ -969,7 +976,7 @@ def scsi_inquiry(c, d, cdb, dout):
     evpd, page = cdb[1] & 1, cdb[2]
     lun = DISKS.index(d) if d is not None else None
     pq = 0x00 if d is not None else 0x7F
-    esc = c.active("escape-text") if "escape-text" in c.modes else False
+    esc = c.active("escape-text")
     if not evpd:
         if page:
             raise illegal()
@@ -1188,15 +1195,6 @@ PDU_HANDLERS = {
     0x03: Conn.on_login, 0x04: Conn.on_text, 0x05: Conn.on_data_out,
     0x06: Conn.on_logout, 0x10: Conn.on_snack,
 }
-
-
-def note_capacity(self):
-    for m in ("capacity-zero", "capacity-huge", "block-len-odd"):
-        self.active(m, "blocks=%d len=%d" % (reported_blocks(),
-                                             reported_block_len()))
-
-
-Conn.note_capacity = note_capacity
 
 
 def describe_cdb(cdb):
