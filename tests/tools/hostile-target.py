@@ -16,9 +16,7 @@
 # Usage: hostile-target.py --port N [--host 127.0.0.1|::1] [--mode M[,M]]
 #   [--log FILE] [--once] ...; prints "ready PORT" when listening.
 import argparse
-import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -256,6 +254,7 @@ class Disk:
                 nxt = self.mapped.find(b"\x00" if state else b"\x01", pos)
                 if nxt < 0:
                     nxt = self.nblocks if state else capacity
+                nxt = min(nxt, capacity)
                 out.append((pos, nxt - pos, 0 if state else 1))
                 pos = nxt
         return out
