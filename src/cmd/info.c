@@ -224,12 +224,16 @@ print_volume (struct lg_dev *d, bool json)
     return;
   }
   if (r < 0) {
+    /* A header that does not parse is damage; one that could not be read
+     * (the target failed the read) says nothing of the volume. */
+    const char *what = errno == EINVAL ? "damaged" : "unknown";
+
     if (json) {
-      printf (", \"lungate_volume\": \"damaged\", \"volume_error\": ");
+      printf (", \"lungate_volume\": \"%s\", \"volume_error\": ", what);
       lg_json_string (stdout, err);
     }
     else
-      printf ("lungate-volume: damaged: %s\n", err);
+      printf ("lungate-volume: %s: %s\n", what, err);
     return;
   }
   for (int i = 0; i < 16; i++)

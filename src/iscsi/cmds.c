@@ -228,7 +228,7 @@ trace (const struct lg_session *s, const struct lg_cmd *cmd, int status)
   lg_s_cmd_range (cmd, what, sizeof what);
   lg_trace ("%s/%d: %s: %s%s", s->target, cmd->lun, what, status_name (status),
             status == SCSI_STATUS_CHECK_CONDITION
-                ? scsi_sense_ascq_str (cmd->task->sense.ascq)
+                ? lg_ascq_name (cmd->task->sense.ascq)
                 : "");
 }
 
@@ -270,7 +270,7 @@ unit_attention (struct lg_session *s, struct lg_cmd *cmd)
       || cmd->sense.ascq == 0x3f0e)
     atomic_fetch_add (&s->lun_events, 1);
   lg_debug ("%s: LUN %d: unit attention (%s), reissuing", s->target, cmd->lun,
-            scsi_sense_ascq_str (cmd->sense.ascq));
+            lg_ascq_name (cmd->sense.ascq));
   lg_s_reset_task (cmd);
   lg_s_issue (s, cmd);
   return true;
@@ -402,8 +402,17 @@ discovery_cb (struct iscsi_context *ctx, int status, void *command_data,
       snprintf (cmd->msg, sizeof cmd->msg, "out of memory");
     }
   }
-  else
-    snprintf (cmd->msg, sizeof cmd->msg, "%s", iscsi_get_error (ctx));
+  else {
+    const char *e = iscsi_get_error (ctx);
+
+    /* A cancelled SendTargets (the connection went) has no text of its
+     * own: the session's says what happened. */
+    snprintf (cmd->msg, sizeof cmd->msg, "%s",
+              e && *e ? e
+                  : cmd->session->dead_msg[0]
+                  ? cmd->session->dead_msg
+                  : "the connection was closed (by the target or the network)");
+  }
   lg_s_complete (cmd->session, cmd);
 }
 
@@ -516,6 +525,11 @@ lg_s_flush_out (struct lg_session *s)
 
   if (!s->up || atomic_load (&s->stopping)
       || !(iscsi_which_events (s->ctx) & POLLOUT))
+    return false;
+  /* Inside a libiscsi callback (a TMF answer that reissues what was
+   * held): libiscsi is not reentrant, and a connection torn down here
+   * would free the PDU it is handling.  lg_s_service sends it after. */
+  if (s->in_service)
     return false;
   if (lg_s_service (s, POLLOUT) < 0 || s->broken) {
     lg_s_connection_lost (s, lg_s_why (s, why, sizeof why));

@@ -235,10 +235,18 @@ int
 lg_s_service (struct lg_session *s, short revents)
 {
   bool in = false;
+  int r;
 
   if (s->relay && lg_relay_pump (s->relay, &in) < 0)
     return -1;
-  if (iscsi_service (s->ctx, revents | (in ? POLLIN : 0)) < 0)
+  /* Bytes the relay just passed are read now, unless the caller only
+   * sends (a submitter: the loop thread reads, and runs the callbacks). */
+  if (in && revents != POLLOUT)
+    revents |= POLLIN;
+  s->in_service = true;
+  r = iscsi_service (s->ctx, revents);
+  s->in_service = false;
+  if (r < 0)
     return -1;
   /* What libiscsi wrote goes on now, not at the next wake-up. */
   if (s->relay && lg_relay_pump (s->relay, &in) < 0)
@@ -425,7 +433,8 @@ redirect_ok (struct lg_session *s, const char *portal)
     snprintf (s->open_err, sizeof s->open_err,
               "%s: %s: the target redirects the login from a loopback portal "
               "to %s: refused (give that portal in the URL if it is meant)",
-              portal, s->target, s->redirect);
+              portal, s->target[0] ? s->target : "discovery session",
+              s->redirect);
     s->open_errno = EACCES;
     s->phase = PHASE_FAILED;
     return false;
@@ -461,7 +470,8 @@ login_via (struct lg_session *s, const char *portal, int64_t t)
       snprintf (s->open_err, sizeof s->open_err,
                 "%s: %s: the login was redirected %d times (last to %s): "
                 "giving up",
-                portal, s->target, MAX_REDIRECTS + 1, s->redirect);
+                portal, s->target[0] ? s->target : "discovery session",
+                MAX_REDIRECTS + 1, s->redirect);
       s->open_errno = ELOOP;
       s->phase = PHASE_FAILED;
       return -1;

@@ -453,6 +453,14 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
     errno = ENOTSUP;
     goto out;
   }
+  if (rc->returned_lba == UINT64_MAX) {
+    snprintf (err, errlen,
+              "%s/%d: READ CAPACITY(16): the last LBA is 2^64-1 (a capacity "
+              "of 0 blocks once wrapped, or beyond 2^63 bytes)",
+              io->target, lun);
+    errno = EIO;
+    goto out;
+  }
   /* Sizes are off_t and int64_t above (nbdkit, FUSE): at most 2^63 - 1. */
   if (rc->returned_lba >= (UINT64_C (1) << 63) / rc->block_length) {
     snprintf (err, errlen,

@@ -529,16 +529,15 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
    * every few commands). */
   if (worked || s->down_since == 0)
     s->down_since = now;
-  if (lasted) {
+  if (lasted)
     s->backoff_ms = 0;
-    s->short_conns = 0;
-  }
   else {
     s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : MIN_BACKOFF_MS;
     if (s->backoff_ms > MAX_BACKOFF_MS)
       s->backoff_ms = MAX_BACKOFF_MS;
-    s->short_conns++;
   }
+  /* Connections that did nothing are counted, and said once a minute. */
+  s->short_conns = worked ? 0 : s->short_conns + 1;
   s->next_attempt = now;
   if (s->backoff_ms)
     s->next_attempt += s->backoff_ms / 2
@@ -546,7 +545,7 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
   if (s->discovery || s->budget_s == 0)
     s->failing = true;
   lg_s_set_ready (s);
-  if (lasted || s->short_conns == 1)
+  if (s->short_conns <= STORM_AFTER)
     lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
              s->failing ? "" : "; reconnecting");
   else if (now - s->short_log_ms >= STORM_LOG_MS) {

@@ -110,6 +110,19 @@ status_name (int status)
   }
 }
 
+/* libiscsi's names of sense keys and codes are NULL for unknown ones. */
+static const char *
+or_unknown (const char *s)
+{
+  return s ? s : "unknown";
+}
+
+const char *
+lg_ascq_name (int ascq)
+{
+  return or_unknown (scsi_sense_ascq_str (ascq));
+}
+
 int
 lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
 {
@@ -122,8 +135,9 @@ lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
   }
   if (cmd->status == SCSI_STATUS_CHECK_CONDITION)
     snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)",
-              scsi_sense_key_str (cmd->sense.key), cmd->sense.key,
-              scsi_sense_ascq_str (cmd->sense.ascq), cmd->sense.ascq);
+              or_unknown (scsi_sense_key_str (cmd->sense.key)), cmd->sense.key,
+              or_unknown (scsi_sense_ascq_str (cmd->sense.ascq)),
+              cmd->sense.ascq);
   else if (cmd->msg[0] && strcmp (cmd->msg, status_name (cmd->status)) != 0)
     snprintf (msg, len, "%s: %s", status_name (cmd->status), cmd->msg);
   else

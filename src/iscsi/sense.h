@@ -19,4 +19,7 @@ int lg_scsi_errno (int status, int sense_key, int ascq);
 /* "READ(16)" and the like, from the CDB's operation code. */
 const char *lg_scsi_opname (unsigned char opcode);
 
+/* libiscsi's name of an additional sense code, "unknown" when it has none. */
+const char *lg_ascq_name (int ascq);
+
 #endif

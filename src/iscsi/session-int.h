@@ -44,6 +44,7 @@
 #define MAX_REDIRECTS 5 /* login redirects followed in a row */
 #define LASTED_MS (10 * 1000)
 #define STORM_LOG_MS (60 * 1000)
+#define STORM_AFTER 10 /* connections that did nothing, in a row */
 
 enum phase {
   PHASE_CONNECTING,
@@ -76,6 +77,7 @@ struct tmf {
 struct lg_session {
   struct iscsi_context *ctx; /* see the lock */
   struct lg_relay *relay;    /* between ctx and the target (relay.h) */
+  bool in_service;           /* inside iscsi_service: in a callback */
   pthread_t thread;
   int efd;                      /* eventfd: wakes the loop */
   const struct lg_login *login; /* the caller's; outlives the session */
@@ -129,8 +131,8 @@ struct lg_session {
   int64_t down_since, next_attempt;
   /* A connection counts as one that worked only when a command was
    * answered on it or it lasted LASTED_MS; one that did not continues the
-   * outage (its budget, its backoff), and is counted, not logged, with a
-   * summary every STORM_LOG_MS. */
+   * outage (its budget, its backoff); past STORM_AFTER of them in a row
+   * they are counted, not logged, with a summary every STORM_LOG_MS. */
   bool answered;
   unsigned short_conns;
   int64_t short_log_ms;
@@ -154,7 +156,8 @@ void lg_s_drop_ctx (struct lg_session *s);
  * (with a relay) the target's socket; *n of them. */
 void lg_s_poll_set (struct lg_session *s, struct pollfd *pfd, unsigned *n);
 /* Services the context (and moves the relay's bytes before and after):
- * -1 when the connection is broken (lg_s_why says why). */
+ * -1 when the connection is broken (lg_s_why says why).  revents POLLOUT
+ * alone only sends (a submitting thread). */
 int lg_s_service (struct lg_session *s, short revents);
 
 /* cmds.c */

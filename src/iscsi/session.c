@@ -353,7 +353,7 @@ loop_down (struct lg_session *s)
   s->answered = false;
   s->last_err[0] = '\0';
   atomic_fetch_add (&s->reconnects, 1);
-  if (s->short_conns == 0)
+  if (s->short_conns <= STORM_AFTER) /* else a storm, said once a minute */
     lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
              (double) (lg_mono_ms () - s->down_since) / 1000.0);
   else
@@ -570,7 +570,9 @@ lg_discover (const struct lg_login *login, const char *portal, char *err,
   lg_session_close (s);
   if (cmd.status != SCSI_STATUS_GOOD) {
     snprintf (err, errlen, "%s: SendTargets discovery failed: %s", portal,
-              cmd.msg);
+              cmd.msg[0] ? cmd.msg
+                         : "the connection was closed (by the target or the "
+                           "network)");
     return NULL;
   }
   if (cmd.targets->dropped)

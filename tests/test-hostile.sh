@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A target that breaks the protocol in one chosen way
+# (tests/tools/hostile-target.py --mode M): discover, info, the plugin
+# (nbdcopy) and the mount (dd) each end, within a bound, refused with the
+# message that names what the target did, or served with the right data;
+# never a crash, a sanitizer report, a hang or stale bytes returned as
+# data.  The full list of modes runs in contrib/hostile; this is a fixed
+# set of one mode per kind.  The odd but legal values of item 13 of issue
+# 15 (LBPRZ=0, a 24-block granularity, WRITE SAME refused once) are here
+# too, since only this target reports them.
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+require python3 nbdcopy nbdinfo cmp
+tool=${HOSTILE_TARGET:-${srcdir:-.}/tools/hostile-target.py}
+[ -f "$tool" ] || fail "$tool is missing"
+d=$(scratch_dir)
+iqn=iqn.2026-01.test.lungate:hostile
+hpid=
+
+hostile_stop ()
+{
+  [ -n "$hpid" ] || return 0
+  kill "$hpid" 2>/dev/null
+  wait "$hpid" 2>/dev/null
+  hpid=
+}
+on_exit hostile_stop
+
+# hostile ARGS...: start the target; sets port and url.
+hostile ()
+{
+  hostile_stop
+  : >"$d/h.out"
+  python3 -B "$tool" --port 0 --log "$d/h.log" "$@" >"$d/h.out" 2>"$d/h.err" &
+  hpid=$!
+  for _ in $(seq 100); do
+    grep -q '^ready ' "$d/h.out" && break
+    sleep 0.05
+  done
+  port=$(awk '/^ready /{print $2}' "$d/h.out")
+  [ -n "$port" ] || { cat "$d/h.err"; fail "the hostile target did not start ($*)"; }
+  url="iscsi://127.0.0.1:$port/$iqn/0"
+}
+
+short=(--io-timeout 2 --connect-timeout 3)
+params=(timeout=2 connect-timeout=3)
+
+# info MODE STATUS ERE: lungate info against that mode.
+info_case ()
+{
+  hostile --mode "$1"
+  EXPECT_TIMEOUT=30 expect_exit "$2" "$3" "$LUNGATE" info "${short[@]}" "$url"
+}
+
+# copy MODE ERE: the plugin serving that mode; nbdcopy fails (or nbdkit
+# refuses to start) with a message matching ERE, within 30 s.
+copy_fails ()
+{
+  hostile --mode "$1" --repeat always
+  EXPECT_TIMEOUT=30 expect_exit nonzero "$2" \
+    "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" "${params[@]}" \
+    --run "nbdcopy \"\$uri\" '$d/out'"
+}
+
+# copy_ok MODE: served, and the data is what was written in good mode.
+copy_ok ()
+{
+  hostile --mode "$1" --size $((8 << 20))
+  with_timeout 60 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" "${params[@]}" \
+    --run "nbdcopy '$d/pattern' \"\$uri\" && nbdcopy \"\$uri\" '$d/out'" \
+    2>"$d/copy.err" || { cat "$d/copy.err"; fail "mode $1: not served"; }
+  cmp "$d/pattern" "$d/out" || fail "mode $1: other data read back"
+  if grep -Eq 'AddressSanitizer|runtime error:' "$d/copy.err"; then
+    cat "$d/copy.err"; fail "mode $1: sanitizer report"
+  fi
+}
+head -c $((8 << 20)) /dev/urandom >"$d/pattern"
+
+# ---- values that make no sense: refused at open, naming the field ----
+info_case capacity-huge 1 "capacity of .* beyond 2\^63 bytes|last LBA is 2\^64-1"
+info_case block-len-odd 1 "unsupported logical block size 520"
+info_case mrdsl-zero 1 "broke the protocol: the target declares MaxRecvDataSegmentLength=0"
+info_case redirect-loop 1 "redirected 6 times"
+info_case inquiry-flood 1 "beyond the 255 the command asked for"
+
+# ---- text from the target: control bytes never reach the terminal ----
+hostile --mode escape-text
+with_timeout 30 "$LUNGATE" discover "${short[@]}" "iscsi://127.0.0.1:$port" \
+  >"$d/disc.out" 2>&1 || true
+with_timeout 30 "$LUNGATE" info "${short[@]}" "$url" >>"$d/disc.out" 2>&1 || true
+if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$d/disc.out"; then
+  od -c "$d/disc.out" | head; fail "escape-text: control bytes reached the output"
+fi
+
+# ---- PDUs that break the protocol: the connection is dropped, named ----
+copy_fails login-itt-datain "broke the protocol: a Data-In for task"
+copy_fails wrong-itt "broke the protocol: a Data-In for task .*no command of ours"
+copy_fails offset-past-buffer "broke the protocol: a Data-In at offset"
+copy_fails datain-gap "broke the protocol: a Data-In at offset .* a gap or an overlap"
+copy_fails underflow-silent "broke the protocol: the target sent .* without an underflow"
+copy_fails underflow "less than the read asked for \\(underflow\\)"
+copy_fails recovered-no-data "broke the protocol: RECOVERED ERROR on a read"
+copy_fails odd-sense "broke the protocol: a SenseLength of"
+copy_fails huge-dsl "broke the protocol: a DataSegmentLength of"
+copy_fails nop-flood "broke the protocol: a flood of NOP-Ins"
+copy_fails closed-window "kept its command window closed"
+copy_fails no-answer "no answer within the outage budget"
+copy_fails close-after-login "unreachable for 2 s \\(the outage budget\\)"
+
+# ---- survivable: served, with the right data ----
+copy_ok good
+copy_ok redirect
+copy_ok unit-attention
+copy_ok reject-logout
+
+# ---- odd but legal values (issue 15, item 13) ----
+# A hole reads as zeroes only where the LUN says so (LBPRZ).
+hostile --lbprz 0
+with_timeout 60 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" \
+  --run 'nbdinfo --map "$uri"' >"$d/map" 2>&1 || { cat "$d/map"; fail "map on LBPRZ=0"; }
+if grep -q zero "$d/map"; then cat "$d/map"; fail "LBPRZ=0: holes reported as zero"; fi
+grep -q hole "$d/map" || { cat "$d/map"; fail "LBPRZ=0: holes not reported at all"; }
+# A granularity of 24 blocks: nbdkit takes the preferred size (a power of 2).
+hostile --opt-gran 24
+with_timeout 60 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" \
+  --run 'nbdinfo "$uri"' >"$d/bs" 2>&1 || { cat "$d/bs"; fail "opt-gran 24 refused"; }
+grep -Eq 'block_size_preferred: 8192' "$d/bs" || { cat "$d/bs"; fail "preferred block size"; }
+# WRITE SAME refused once (INVALID FIELD): zeroing goes on with it after.
+hostile --write-same-refuse once
+with_timeout 60 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" \
+  --run "\"${NBD_PYTHON:-python3}\" -c '
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(4):
+    h.pwrite(b\"x\" * 65536, i << 20)
+    h.zero(1 << 20, i << 20)
+    assert h.pread(65536, i << 20) == bytes(65536)
+' \"\$uri\"" >"$d/ws" 2>&1 || { cat "$d/ws"; fail "zero with WRITE SAME refused once"; }
+n=$(grep -c 'WRITE-SAME16' "$d/h.log" || true)
+[ "$n" -ge 2 ] || { tail "$d/h.log"; fail "WRITE SAME not used again after one refusal ($n)"; }
+echo "test-hostile: ok"
