@@ -115,6 +115,25 @@ copy_ok redirect
 copy_ok unit-attention
 copy_ok reject-logout
 
+# ---- the mount: refused with the message, or served right ----
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  mnt=$d/mnt
+  mkdir -p "$mnt"
+  mount_gone () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
+  on_exit mount_gone
+  hostile --mode datain-gap --repeat always
+  EXPECT_TIMEOUT=30 expect_exit 1 "broke the protocol: a Data-In at offset" \
+    "$LUNGATE" mount "${short[@]}" "$url" "$mnt"
+  hostile --mode unit-attention --size $((8 << 20))
+  "$LUNGATE" mount "${short[@]}" "$url" "$mnt" 2>"$d/mount.err" \
+    || { cat "$d/mount.err"; fail "mount: unit-attention not served"; }
+  dd if="$d/pattern" of="$mnt/lun0" bs=1M oflag=direct conv=notrunc status=none \
+    || fail "mount: write"
+  dd if="$mnt/lun0" of="$d/out" bs=1M iflag=direct status=none || fail "mount: read"
+  cmp "$d/pattern" "$d/out" || fail "mount: other data read back"
+  fusermount3 -u "$mnt" || fail "unmount"
+fi
+
 # ---- odd but legal values (issue 15, item 13) ----
 # A hole reads as zeroes only where the LUN says so (LBPRZ).
 hostile --lbprz 0
