@@ -134,6 +134,45 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   fusermount3 -u "$mnt" || fail "unmount"
 fi
 
+# ---- SIGTERM with a request waiting for a target that stopped answering
+# (the outage budget is the default 60 s): both stop within seconds ----
+stopped_target ()
+{
+  kill -STOP "$hpid"
+  on_exit kill -CONT "$hpid"
+}
+seconds_since () { echo $(( $(date +%s) - $1 )); }
+hostile --size $((8 << 20))
+"${NBDKIT[@]}" -f -U "$d/s.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$d/term.log" &
+gw=$!
+for _ in $(seq 100); do [ -S "$d/s.sock" ] && break; sleep 0.1; done
+stopped_target
+timeout 120 nbdcopy "nbd+unix:///?socket=$d/s.sock" "$d/out" 2>/dev/null &
+sleep 2
+t0=$(date +%s)
+kill -TERM "$gw"
+wait "$gw" || true
+[ "$(seconds_since "$t0")" -lt 30 ] \
+  || { cat "$d/term.log"; fail "nbdkit took $(seconds_since "$t0") s to stop on SIGTERM"; }
+kill -CONT "$hpid"
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  hostile --size $((8 << 20))
+  "$LUNGATE" mount "$url" "$mnt" 2>"$d/term.log" || fail "mount for SIGTERM"
+  mp=$(pgrep -f "lungate mount $url" | head -1)
+  [ -n "$mp" ] || fail "no mount daemon"
+  stopped_target
+  timeout 120 dd if="$mnt/lun0" of=/dev/null bs=1M iflag=direct 2>/dev/null &
+  sleep 2
+  t0=$(date +%s)
+  kill -TERM "$mp"
+  while kill -0 "$mp" 2>/dev/null && [ "$(seconds_since "$t0")" -lt 60 ]; do
+    sleep 0.2
+  done
+  [ "$(seconds_since "$t0")" -lt 30 ] \
+    || fail "lungate mount took $(seconds_since "$t0") s to stop on SIGTERM"
+  kill -CONT "$hpid"
+fi
+
 # ---- odd but legal values (issue 15, item 13) ----
 # A hole reads as zeroes only where the LUN says so (LBPRZ).
 hostile --lbprz 0

@@ -191,6 +191,23 @@ lungate_load (void)
 /* Stops every thread of ours and closes the devices: once, from unload
  * or at exit, whichever comes first (no session thread should outlive
  * the process's own exit handlers). */
+/* nbdkit waits for the requests in the plugin before it exits on SIGTERM;
+ * requests waiting for a target that is gone would hold it up to the
+ * outage budget.  This thread sleeps in nbdkit_nanosleep, which returns
+ * early when nbdkit is shutting down, and then fails them at once. */
+static pthread_t watch_thread;
+static bool watch_running;
+
+static void *
+watch_shutdown (void *arg)
+{
+  (void) arg;
+  while (nbdkit_nanosleep (3600, 0) == 0)
+    ;
+  lg_pool_abandon (pool, "nbdkit is shutting down");
+  return NULL;
+}
+
 static void
 shut_down (void)
 {
@@ -199,6 +216,8 @@ shut_down (void)
   if (done)
     return;
   done = true;
+  if (watch_running)
+    pthread_join (watch_thread, NULL);
   stop_stats ();
   log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)
@@ -572,6 +591,8 @@ lungate_after_fork (void)
     return -1;
   }
   start_stats ();
+  watch_running
+      = pthread_create (&watch_thread, NULL, watch_shutdown, NULL) == 0;
   atexit (shut_down);
   return 0;
 }

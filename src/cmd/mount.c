@@ -259,6 +259,17 @@ ready (struct lg_fs *fs, void *opaque)
   return 0;
 }
 
+/* Unmounted or signalled: what still waits for a target fails now rather
+ * than after the outage budget. */
+static void
+stopping (void *opaque)
+{
+  struct mount_plan *m = opaque;
+
+  for (size_t t = 0; t < m->ntargets; t++)
+    lg_pool_abandon (m->pools[t], "unmounting");
+}
+
 /* The mount's source in /proc/mounts: the URL without credentials, with
  * only characters that need no escaping there nor in a -o option. */
 static void
@@ -501,6 +512,7 @@ lg_cmd_mount (int argc, char **argv)
   fs = lg_fs_new (&fo);
   if (fs == NULL)
     goto out;
+  lg_fs_on_stop (fs, stopping, m);
   /* Sized for every option at once (64 bytes cut default_permissions). */
   snprintf (mount_opts, sizeof mount_opts, "fsname=%s,subtype=lungate%s%s%s",
             source, fo.read_only ? ",ro" : "",

@@ -82,6 +82,10 @@ struct lg_fs {
   /* Whole-block requests started and not yet answered (areq_done): the
    * session is not destroyed, nor a device closed, while any is. */
   atomic_uint inflight;
+  void (*on_stop) (void *opaque); /* lg_fs_on_stop */
+  void *stop_opaque;
+  struct fuse_session *se;
+  atomic_bool serving, stopped;
 };
 
 /* fuse ino = index + 1 (the root is index 0, ino 1 = FUSE_ROOT_ID). */
@@ -146,6 +150,38 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   nd->dir = dir;
   nd->dev = dev;
   return fs->n++;
+}
+
+static void
+stop_once (struct lg_fs *fs)
+{
+  if (fs->on_stop && !atomic_exchange (&fs->stopped, true))
+    fs->on_stop (fs->stop_opaque);
+}
+
+/* libfuse's loop returns only once its workers are done, and a worker
+ * may wait for a target that is gone: so a signal's end of the session is
+ * watched for here, and on_stop runs at once. */
+static void *
+watch_exit (void *arg)
+{
+  struct lg_fs *fs = arg;
+
+  while (atomic_load (&fs->serving)) {
+    if (fuse_session_exited (fs->se)) {
+      stop_once (fs);
+      break;
+    }
+    usleep (100 * 1000);
+  }
+  return NULL;
+}
+
+void
+lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque), void *opaque)
+{
+  fs->on_stop = fn;
+  fs->stop_opaque = opaque;
 }
 
 int
@@ -876,6 +912,8 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   struct fuse_args args = FUSE_ARGS_INIT (fuse_argc, fuse_argv);
   struct fuse_session *se;
   struct fuse_loop_config *cfg;
+  pthread_t watch;
+  bool watching;
   int r = -1;
 
   the_fs = fs;
@@ -902,6 +940,9 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   }
   if (bg >= 0)
     served (bg);
+  fs->se = se;
+  atomic_store (&fs->serving, true);
+  watching = pthread_create (&watch, NULL, watch_exit, fs) == 0;
   cfg = fuse_loop_cfg_create ();
   fuse_loop_cfg_set_max_threads (cfg, 64);
   fuse_loop_cfg_set_idle_threads (cfg, 64);
@@ -909,8 +950,12 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   /* libfuse reports the signal that ended the loop: that is a clean
    * stop. */
   r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
+  atomic_store (&fs->serving, false);
+  if (watching)
+    pthread_join (watch, NULL);
   fuse_loop_cfg_destroy (cfg);
   fuse_remove_signal_handlers (se);
+  stop_once (fs);
   drain (fs);
 out_unmount:
   fuse_session_unmount (se);

@@ -21,6 +21,11 @@ struct lg_fs_opts {
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);
 
+/* fn (opaque) runs when the file system stops serving (unmounted or
+ * signalled), before the requests still in flight are waited for: the
+ * mount fails what waits for a target that is gone there. */
+void lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque), void *opaque);
+
 /* Adds a directory under parent (0: the root), returns its handle. */
 int lg_fs_add_dir (struct lg_fs *fs, int parent, const char *name);
 

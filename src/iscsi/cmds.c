@@ -428,6 +428,7 @@ lg_s_issue (struct lg_session *s, struct lg_cmd *cmd)
     lg_s_report_unknown (s, cmd, "the session is closing");
     return;
   }
+
   if (!s->up || (s->recovering && !cmd->priority)) {
     if (s->failing || cmd->priority)
       lg_s_report_unknown (s, cmd, s->dead_msg);

@@ -238,6 +238,15 @@ lg_pool_close (struct lg_pool *p)
   free (p);
 }
 
+void
+lg_pool_abandon (struct lg_pool *p, const char *why)
+{
+  if (p == NULL)
+    return;
+  for (unsigned i = 0; i < p->n; i++)
+    lg_session_abandon (p->s[i], why);
+}
+
 struct lg_session *
 lg_pool_session (const struct lg_pool *p, unsigned i)
 {

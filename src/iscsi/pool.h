@@ -21,6 +21,9 @@ struct lg_pool *lg_pool_open (const struct lg_login *login, const char *portal,
                               size_t errlen);
 void lg_pool_close (struct lg_pool *p);
 
+/* lg_session_abandon on every session of the pool. */
+void lg_pool_abandon (struct lg_pool *p, const char *why);
+
 unsigned lg_pool_size (const struct lg_pool *p);
 const char *lg_pool_target (const struct lg_pool *p);
 const char *lg_pool_portal (const struct lg_pool *p);

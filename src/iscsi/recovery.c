@@ -449,8 +449,9 @@ void
 lg_s_scan (struct lg_session *s, int64_t now)
 {
   int64_t budget = (int64_t) s->budget_s * 1000;
-  int64_t abort_after
-      = budget > 0 && budget < CMD_TIMEOUT_MS ? budget : CMD_TIMEOUT_MS;
+  int64_t abort_after = s->abandoning         ? ABANDON_ABORT_MS
+      : budget > 0 && budget < CMD_TIMEOUT_MS ? budget
+                                              : CMD_TIMEOUT_MS;
   struct lg_cmd *c, *keep = NULL, *keep_tail = NULL;
 
   for (c = s->inflight; c && s->up; c = c->next)

@@ -37,6 +37,7 @@
 /* A command without an answer for this long, on a connection that still
  * answers NOP-Outs, is stuck in the target: it is aborted (recovery.c). */
 #define CMD_TIMEOUT_MS 30000
+#define ABANDON_ABORT_MS 1000 /* after lg_session_abandon */
 
 /* Between two reconnection attempts (jittered, doubling). */
 #define MIN_BACKOFF_MS 100
@@ -113,6 +114,7 @@ struct lg_session {
   /* Protects ctx while up, and every field below but the atomics. */
   pthread_mutex_t lock;
   atomic_bool stopping;
+  bool abandoning; /* lg_session_abandon: nothing waits long any more */
   bool up;         /* logged in: commands go to ctx */
   bool failing;    /* down past the budget: commands fail at once */
   bool broken;     /* the connection is going: connection_lost follows */

@@ -668,6 +668,28 @@ lg_session_lun_events (const struct lg_session *s)
 }
 
 void
+lg_session_abandon (struct lg_session *s, const char *why)
+{
+  if (s == NULL)
+    return;
+  pthread_mutex_lock (&s->lock);
+  /* A budget of 0 fails whatever gets into trouble from now on at once;
+   * what waits for a connection now fails now; what the target does not
+   * answer is aborted after ABANDON_ABORT_MS (lg_s_scan).  A target that
+   * answers still serves the last flush and the reservation's release. */
+  s->budget_s = 0;
+  s->abandoning = true;
+  if (!s->up) {
+    snprintf (s->dead_msg, sizeof s->dead_msg, "%s: %s", s->target, why);
+    s->failing = true;
+  }
+  lg_s_fail_waiting (s);
+  lg_s_set_ready (s);
+  pthread_mutex_unlock (&s->lock);
+  lg_s_wake (s);
+}
+
+void
 lg_session_close (struct lg_session *s)
 {
   if (s == NULL)

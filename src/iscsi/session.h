@@ -163,6 +163,15 @@ struct lg_session *lg_session_open (const struct lg_login *login,
  * pool's fence, which outlives the session). */
 void lg_session_close (struct lg_session *s);
 
+/* The process is stopping (SIGTERM, an unmount): nothing waits long any
+ * more.  What waits for a lost connection fails now (with why); the
+ * outage budget becomes 0; a command the target does not answer is
+ * aborted after 1 s, and fails when the abort is not answered either.
+ * A target that answers goes on serving (the last flush, the release of
+ * the reservation).  The session stays open for lg_session_close.  Any
+ * thread. */
+void lg_session_abandon (struct lg_session *s, const char *why);
+
 /* Queues cmd; it completes through cmd->waiter, whose pending count the
  * caller has already raised.  Never blocks on the network. */
 void lg_session_submit (struct lg_session *s, struct lg_cmd *cmd);
