@@ -32,22 +32,25 @@ to_fdev (struct lg_dev *d)
   return (struct fdev *) d;
 }
 
-/* A short read or write is retried; 0 bytes read means the file shrank. */
+/* Reads or writes all of [off, off+count), a short transfer retried;
+ * 0 bytes means the file shrank under us: EIO. */
 static int
-fdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
+transfer (struct lg_dev *d, bool write, void *buf, size_t count, uint64_t off)
 {
-  struct fdev *x = to_fdev (d);
+  int fd = to_fdev (d)->fd;
   char *p = buf;
 
   while (count > 0) {
-    ssize_t n = pread (x->fd, p, count, (off_t) off);
+    ssize_t n = write ? pwrite (fd, p, count, (off_t) off)
+                      : pread (fd, p, count, (off_t) off);
 
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
       if (n == 0)
         errno = EIO;
-      lg_error ("%s: read at %" PRIu64 ": %m", d->name, off);
+      lg_error ("%s: %s at %" PRIu64 ": %m", d->name, write ? "write" : "read",
+                off);
       return -1;
     }
     p += n;
@@ -55,6 +58,12 @@ fdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
     count -= (size_t) n;
   }
   return 0;
+}
+
+static int
+fdev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
+{
+  return transfer (d, false, buf, count, off);
 }
 
 static int
@@ -71,24 +80,8 @@ static int
 fdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
              unsigned flags)
 {
-  struct fdev *x = to_fdev (d);
-  const char *p = buf;
-
-  while (count > 0) {
-    ssize_t n = pwrite (x->fd, p, count, (off_t) off);
-
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      if (n == 0)
-        errno = EIO;
-      lg_error ("%s: write at %" PRIu64 ": %m", d->name, off);
-      return -1;
-    }
-    p += n;
-    off += (uint64_t) n;
-    count -= (size_t) n;
-  }
+  if (transfer (d, true, (void *) buf, count, off) < 0)
+    return -1;
   return (flags & LG_FUA) ? fdev_flush (d) : 0;
 }
 
