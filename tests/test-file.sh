@@ -5,9 +5,9 @@
 # plugin reads and writes the volume, verify finds a tampered unit, a
 # second writer is refused (flock), and a bad path is named.
 . "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
 require nbdcopy cmp
 [ -f "${LUNGATE_FILTER:-}" ] || fail "LUNGATE_FILTER not built"
-require_lungate
 d=$(scratch_dir)
 img=$d/disk.img
 truncate -s 32M "$img"

@@ -4,7 +4,9 @@
 # (issue 15, item 4): with a relative mount directory (the daemon runs in
 # /, so it must have made it absolute), and right after `lungate mount'
 # returns (the command returns only once the daemon serves and handles
-# signals).  A dead mount (the daemon killed) is named, with the fix
+# signals).  Writes that returned but sit in the kernel's writeback cache
+# reach the LUN before a signalled mount exits (issue 16: they were
+# dropped).  A dead mount (the daemon killed) is named, with the fix
 # (item 5).
 . "${srcdir:-.}/functions.sh"
 require_lungate
@@ -13,7 +15,7 @@ require fusermount3 mountpoint pgrep
 tgt_start
 t=iqn.2026-11.org.lungate:signals
 tgt_add_target 1 "$t"
-tgt_add_lun 1 1 8M
+tgt_add_lun 1 1 64M
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t/1"
 cleanup () { fusermount3 -u -z "$TGT_DIR/m" 2>/dev/null || true; }
@@ -44,6 +46,36 @@ for i in 1 2 3 4 5; do
   with_timeout 60 "$LUNGATE" mount "$url" "$TGT_DIR/m" || fail "mount $i"
   stop TERM "$TGT_DIR/m"
 done
+
+# 48 MiB written through the page cache (no sync), then SIGTERM at once,
+# the file still open (as a writer that is mid-way would have it).
+head -c $((48 << 20)) /dev/urandom >"$TGT_DIR/data"
+with_timeout 60 "$LUNGATE" mount "$url" "$TGT_DIR/m" || fail "mount"
+python3 - "$TGT_DIR/m/lun1" "$TGT_DIR/data" "$(daemon "$TGT_DIR/m")" <<'PY' \
+  || fail "cached write"
+import os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+data = open(sys.argv[2], "rb").read()
+off = 0
+while off < len(data):
+    off += os.pwrite(fd, data[off:off + (1 << 20)], off)
+pid = int(sys.argv[3])
+os.kill(pid, signal.SIGTERM)
+for _ in range(300):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.1)
+try:
+    os.close(fd)
+except OSError:
+    pass
+PY
+sleep 0.5
+mountpoint -q "$TGT_DIR/m" && fail "SIGTERM left the mount"
+cmp -n $((48 << 20)) "$TGT_DIR/data" "$(tgt_lun_file 1 1)" \
+  || fail "SIGTERM dropped writes that had returned (the writeback cache)"
 
 with_timeout 60 "$LUNGATE" mount "$url" "$TGT_DIR/m" || fail "mount"
 kill -9 "$(daemon "$TGT_DIR/m")"

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -85,6 +86,8 @@ struct lg_fs {
   void (*on_stop) (void *opaque); /* lg_fs_on_stop */
   void *stop_opaque;
   struct fuse_session *se;
+  const char *dir;    /* the mount point, for syncfs at a signal */
+  pthread_t main_tid; /* in fuse_session_loop_mt */
   atomic_bool serving, stopped;
 };
 
@@ -159,20 +162,117 @@ stop_once (struct lg_fs *fs)
     fs->on_stop (fs->stop_opaque);
 }
 
-/* libfuse's loop returns only once its workers are done, and a worker
- * may wait for a target that is gone: so a signal's end of the session is
- * watched for here, and on_stop runs at once. */
+/* ---- signals while serving ----
+ *
+ * libfuse's own handlers end the session at once, and the kernel then
+ * drops the dirty pages of the writeback cache: writes that write(2) had
+ * returned for were lost.  While the loop runs, SIGTERM, SIGINT and
+ * SIGHUP come here instead (a pipe to a thread): on_stop first (what
+ * waits for a target that is gone fails now), then syncfs on the mount
+ * point, which the loop still serves, and only then the end of the
+ * session.  The loop's main thread is woken with SIGUSR2. */
+static int sig_pipe[2] = { -1, -1 };
+
+static void
+on_signal (int sig)
+{
+  unsigned char c = (unsigned char) sig;
+  int saved = errno;
+
+  if (write (sig_pipe[1], &c, 1) < 0) {
+    /* Nothing to do in a signal handler. */
+  }
+  errno = saved;
+}
+
+static void
+on_wake (int sig)
+{
+  (void) sig; /* interrupts the loop's sem_wait */
+}
+
+static void
+set_handlers (bool ours)
+{
+  static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+  struct sigaction sa;
+
+  memset (&sa, 0, sizeof sa);
+  sigemptyset (&sa.sa_mask);
+  sa.sa_handler = ours ? on_signal : SIG_DFL;
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaction (sigs[i], &sa, NULL);
+  sa.sa_handler = on_wake;
+  sigaction (SIGUSR2, &sa, NULL);
+}
+
+/* The path of node i under the mount point. */
+static void
+node_path (const struct lg_fs *fs, int i, char *buf, size_t len)
+{
+  if (fs->nodes[i].parent < 0) {
+    snprintf (buf, len, "%s", fs->dir);
+    return;
+  }
+  node_path (fs, fs->nodes[i].parent, buf, len);
+  snprintf (buf + strlen (buf), len - strlen (buf), "/%s", fs->nodes[i].name);
+}
+
+/* fsync of every file through the mount: the kernel writes the dirty
+ * pages of the writeback cache to us (syncfs does not wait for FUSE's). */
+static void
+sync_files (struct lg_fs *fs)
+{
+  char path[4200];
+
+  for (int i = 0; i < fs->n; i++) {
+    int fd;
+
+    if (fs->nodes[i].dev == NULL)
+      continue;
+    node_path (fs, i, path, sizeof path);
+    fd = open (path, (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+    if (fd < 0 || fsync (fd) < 0)
+      lg_error ("%s: writing back before unmounting: %m", path);
+    if (fd >= 0)
+      close (fd);
+  }
+}
+
+static void
+sync_and_exit (struct lg_fs *fs)
+{
+  lg_info ("%s: signalled: writing back what is cached, then unmounting",
+           fs->dir);
+  stop_once (fs);
+  if (!fs->o.read_only)
+    sync_files (fs);
+  fuse_session_exit (fs->se);
+  pthread_kill (fs->main_tid, SIGUSR2);
+}
+
+/* The signal thread; it also notices the session ending otherwise (an
+ * unmount) and runs on_stop then, since libfuse's loop returns only once
+ * its workers are done, and a worker may wait for a target that is gone. */
 static void *
 watch_exit (void *arg)
 {
   struct lg_fs *fs = arg;
+  struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
 
   while (atomic_load (&fs->serving)) {
     if (fuse_session_exited (fs->se)) {
       stop_once (fs);
       break;
     }
-    usleep (100 * 1000);
+    if (poll (&pfd, 1, 100) > 0) {
+      unsigned char c;
+
+      if (read (sig_pipe[0], &c, 1) == 1 && c != 0) {
+        sync_and_exit (fs);
+        break;
+      }
+    }
   }
   return NULL;
 }
@@ -941,8 +1041,15 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   if (bg >= 0)
     served (bg);
   fs->se = se;
+  fs->dir = dir;
+  fs->main_tid = pthread_self ();
   atomic_store (&fs->serving, true);
-  watching = pthread_create (&watch, NULL, watch_exit, fs) == 0;
+  watching = pipe2 (sig_pipe, O_CLOEXEC | O_NONBLOCK) == 0
+      && pthread_create (&watch, NULL, watch_exit, fs) == 0;
+  if (watching) {
+    fuse_remove_signal_handlers (se);
+    set_handlers (true);
+  }
   cfg = fuse_loop_cfg_create ();
   fuse_loop_cfg_set_max_threads (cfg, 64);
   fuse_loop_cfg_set_idle_threads (cfg, 64);
@@ -951,10 +1058,15 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
    * stop. */
   r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
   atomic_store (&fs->serving, false);
-  if (watching)
+  if (watching) {
     pthread_join (watch, NULL);
+    set_handlers (false);
+    close (sig_pipe[0]);
+    close (sig_pipe[1]);
+  }
+  else
+    fuse_remove_signal_handlers (se);
   fuse_loop_cfg_destroy (cfg);
-  fuse_remove_signal_handlers (se);
   stop_once (fs);
   drain (fs);
 out_unmount:
