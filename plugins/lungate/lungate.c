@@ -191,21 +191,87 @@ lungate_load (void)
 /* Stops every thread of ours and closes the devices: once, from unload
  * or at exit, whichever comes first (no session thread should outlive
  * the process's own exit handlers). */
-/* nbdkit waits for the requests in the plugin before it exits on SIGTERM;
- * requests waiting for a target that is gone would hold it up to the
- * outage budget.  This thread sleeps in nbdkit_nanosleep, which returns
- * early when nbdkit is shutting down, and then fails them at once. */
+/* nbdkit waits for the requests in the plugin before it exits on a
+ * signal; requests waiting for a target that is gone would hold it up to
+ * the outage budget.  So the plugin's handler runs first (a byte down a
+ * pipe to a thread, which fails them at once with lg_pool_abandon), then
+ * nbdkit's own.  (nbdkit_nanosleep also returns at shutdown, but says so
+ * as an error at every exit.) */
+static const int quit_signals[] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP };
+static struct sigaction nbdkit_action[4];
+static int quit_pipe[2] = { -1, -1 };
 static pthread_t watch_thread;
 static bool watch_running;
+
+static void
+on_quit (int sig)
+{
+  unsigned char c = 1;
+  int saved = errno;
+
+  if (write (quit_pipe[1], &c, 1) < 0) {
+    /* The pipe is full: the thread has been told already. */
+  }
+  for (size_t i = 0; i < 4; i++)
+    if (quit_signals[i] == sig) {
+      if (nbdkit_action[i].sa_handler == SIG_DFL
+          || nbdkit_action[i].sa_handler == SIG_IGN) {
+        sigaction (sig, &nbdkit_action[i], NULL);
+        raise (sig);
+      }
+      else
+        nbdkit_action[i].sa_handler (sig);
+    }
+  errno = saved;
+}
 
 static void *
 watch_shutdown (void *arg)
 {
+  unsigned char c = 0;
+
   (void) arg;
-  while (nbdkit_nanosleep (3600, 0) == 0)
+  while (read (quit_pipe[0], &c, 1) < 0 && errno == EINTR)
     ;
-  lg_pool_abandon (pool, "nbdkit is shutting down");
+  if (c == 1)
+    lg_pool_abandon (pool, "nbdkit is stopping");
   return NULL;
+}
+
+static void
+start_watch (void)
+{
+  struct sigaction sa;
+
+  if (pipe2 (quit_pipe, O_CLOEXEC) < 0)
+    return;
+  if (pthread_create (&watch_thread, NULL, watch_shutdown, NULL) != 0)
+    return;
+  watch_running = true;
+  memset (&sa, 0, sizeof sa);
+  sa.sa_handler = on_quit;
+  sigemptyset (&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < 4; i++)
+    sigaction (quit_signals[i], &sa, &nbdkit_action[i]);
+}
+
+static void
+stop_watch (void)
+{
+  unsigned char c = 0;
+
+  if (!watch_running)
+    return;
+  for (size_t i = 0; i < 4; i++)
+    sigaction (quit_signals[i], &nbdkit_action[i], NULL);
+  if (write (quit_pipe[1], &c, 1) < 0) {
+    /* Full: a byte is there already. */
+  }
+  pthread_join (watch_thread, NULL);
+  close (quit_pipe[0]);
+  close (quit_pipe[1]);
+  watch_running = false;
 }
 
 static void
@@ -216,8 +282,7 @@ shut_down (void)
   if (done)
     return;
   done = true;
-  if (watch_running)
-    pthread_join (watch_thread, NULL);
+  stop_watch ();
   stop_stats ();
   log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)
@@ -591,8 +656,7 @@ lungate_after_fork (void)
     return -1;
   }
   start_stats ();
-  watch_running
-      = pthread_create (&watch_thread, NULL, watch_shutdown, NULL) == 0;
+  start_watch ();
   atexit (shut_down);
   return 0;
 }
