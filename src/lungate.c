@@ -44,7 +44,7 @@ usage (FILE *f)
   fprintf (f,
            "\n"
            "Options:\n"
-           "  -v, --verbose   more messages (twice: debug)\n"
+           "  -v, --verbose   debug messages (twice: also every SCSI command)\n"
            "  -q, --quiet     errors only\n"
            "  -h, --help      this help\n"
            "  -V, --version   versions of lungate and its libraries\n"

@@ -56,4 +56,9 @@ expect_fail_with "in use by another process" \
 kill "$holder"; wait "$holder" 2>/dev/null
 expect_fail_with "$d/none: No such file" "$LUNGATE" verify --key-file "$key" "$d/none"
 expect_fail_with "not a regular file or a block device" "$LUNGATE" info "$d"
+mkfifo "$d/fifo"
+EXPECT_TIMEOUT=20 expect_fail_with "not a regular file or a block device" \
+  "$LUNGATE" info "$d/fifo"
+EXPECT_TIMEOUT=20 expect_fail_with "not a regular file or a block device" \
+  "$LUNGATE" verify --key-file "$key" "$d/fifo"
 echo "test-file: ok"

@@ -54,6 +54,10 @@ except nbd.Error:
 else:
     raise AssertionError("lun4 was exported without its key")
 PY
+# A key given twice for one LUN: the last one counts (as for --key-file).
+nbd_run "url=$url/1" "key-file=lun1:$d/key-c" "key-file=lun1:$d/key-a" -- \
+  nbdinfo '$uri' >/dev/null 2>"$d/twice.log" \
+  || { cat "$d/twice.log"; fail "plugin: the second key-file=lun1: did not count"; }
 grep -q "not exporting LUN 4.*formatted by lungate: give its key" "$d/plugin.log" \
   || { cat "$d/plugin.log"; fail "plugin: the keyless volume is not named"; }
 "$LUNGATE" verify --key-file "$d/key-a" "$url/1" >/dev/null 2>&1 || fail "verify 1"

@@ -164,7 +164,9 @@ lg_cmd_format (int argc, char **argv)
       goto out;
     }
   }
-  if ((status = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL")) != 0)
+  if ((status
+       = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL or a file"))
+      != 0)
     goto out;
   status = LG_EXIT_FAIL;
   if ((keys.keyfile == NULL) == (keys.passphrase == NULL)) {

@@ -364,7 +364,9 @@ lg_cmd_info (int argc, char **argv)
       goto out;
     }
   }
-  if ((status = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL")) != 0)
+  if ((status
+       = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL or a file"))
+      != 0)
     goto out;
   if ((status = lg_cmd_prepare_lun ("info", argv[optind], &u, &login, &path))
       != 0)

@@ -147,7 +147,9 @@ lg_cmd_key (int argc, char **argv)
                              verb);
     goto out;
   }
-  if ((status = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL")) != 0)
+  if ((status
+       = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL or a file"))
+      != 0)
     goto out;
   if ((status = lg_cmd_prepare_lun ("key", argv[optind], &u, &login, &path))
       != 0)

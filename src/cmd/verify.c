@@ -98,7 +98,9 @@ lg_cmd_verify (int argc, char **argv)
       status = lg_usage_error ("verify", "unknown option");
     goto out;
   }
-  if ((status = lg_cmd_positionals ("verify", argc, argv, 1, "a LUN URL")) != 0)
+  if ((status
+       = lg_cmd_positionals ("verify", argc, argv, 1, "a LUN URL or a file"))
+      != 0)
     goto out;
   status = LG_EXIT_FAIL;
   if (keys.keyfile == NULL && keys.passphrase == NULL) {

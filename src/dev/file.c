@@ -195,8 +195,11 @@ lg_file_dev_open (const char *path, bool read_only, char *err, size_t errlen)
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
-  x->fd = open (path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-  if (x->fd < 0 || fstat (x->fd, &st) < 0) {
+  /* O_NONBLOCK so that a FIFO is refused below instead of waiting for a
+   * writer; it is cleared again for the file's I/O. */
+  x->fd = open (path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
+  if (x->fd < 0 || fstat (x->fd, &st) < 0
+      || fcntl (x->fd, F_SETFL, fcntl (x->fd, F_GETFL) & ~O_NONBLOCK) < 0) {
     snprintf (err, errlen, "%s: %s", path, strerror (errno));
     goto fail;
   }

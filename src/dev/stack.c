@@ -120,6 +120,17 @@ lg_keytab_add (struct lg_keytab *t, const char *arg, uint8_t **all)
     *all = k;
     return 0;
   }
+  for (size_t i = 0; i < t->n; i++)
+    if (t->per[i].lun == (int) lun) {
+      /* Given again: the last one counts, as for a key for every volume. */
+      uint8_t *k = lg_keyfile_read (arg);
+
+      if (k == NULL)
+        return -1;
+      sodium_free (t->per[i].keyfile);
+      t->per[i].keyfile = k;
+      return 0;
+    }
   if (t->n == LG_KEYTAB_LUNS) {
     lg_error ("more than %d per-LUN keys", LG_KEYTAB_LUNS);
     return -1;
