@@ -80,7 +80,12 @@ struct lg_session {
   struct lg_relay *relay;    /* between ctx and the target (relay.h) */
   bool in_service;           /* inside iscsi_service: in a callback */
   pthread_t thread;
-  int efd;                      /* eventfd: wakes the loop */
+  int efd;  /* eventfd: wakes the loop */
+  int pefd; /* eventfd: wakes a submitter that polls (selfpoll.c) */
+  /* Who polls the socket now (selfpoll.c), and whether the loop thread
+   * naps on its eventfd alone meanwhile. */
+  enum { POLLER_NONE, POLLER_LOOP, POLLER_SUBMITTER } poller;
+  bool loop_napping;
   const struct lg_login *login; /* the caller's; outlives the session */
   char portals[LG_MAX_PORTALS][300];
   unsigned nportals;
@@ -177,6 +182,9 @@ bool lg_s_flush_out (struct lg_session *s);
 void lg_s_fail_waiting (struct lg_session *s);
 void lg_s_set_ready (struct lg_session *s);
 void lg_s_wake (struct lg_session *s);
+/* Nothing in flight and nothing to send: the loop thread may nap
+ * (selfpoll.c; s->lock held, connection up). */
+bool lg_s_idle (struct lg_session *s);
 const char *lg_s_name (const struct lg_session *s);
 
 /* session.c */

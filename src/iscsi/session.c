@@ -12,7 +12,11 @@
  * check timeouts.  The lock is held only while libiscsi works on memory or
  * on a non-blocking socket, never across a round trip.  The loop thread is
  * woken (eventfd) only when it must poll for something new: a socket too
- * full to take a whole command, a BUSY retry, or a stop.
+ * full to take a whole command, a BUSY retry, a command nobody else polls
+ * for, or a stop.  A submitter that waits for one command polls the
+ * socket itself when nobody else does, and the loop thread naps meanwhile
+ * (selfpoll.c): at a low queue depth no thread is woken to hand a reply
+ * over.
  *
  * Lock order: s->lock, then the pool's fence lock (fence.h).  A waiter
  * has no lock; a waiter's fn runs with s->lock held and must not submit.
@@ -112,34 +116,61 @@ run_delayed (struct lg_session *s, int64_t now)
   return next;
 }
 
-/* One turn of the loop with the connection up: poll without the lock,
- * service with it. */
+/* Polls the sockets (pfd from lg_s_poll_set) and the eventfd, or the
+ * eventfd alone while napping; then, napping or not, at least once a
+ * SERVICE_INTERVAL_MS the sockets without waiting. */
 static void
-loop_up (struct lg_session *s, int64_t *last)
+loop_poll (struct lg_session *s, struct pollfd *pfd, unsigned n, bool nap,
+           int timeout, int64_t last)
 {
-  struct pollfd pfd[3];
-  unsigned n;
-  int64_t now, next;
-  int timeout = SERVICE_INTERVAL_MS;
+  int fd0 = pfd[0].fd, fd2 = pfd[2].fd;
 
-  pthread_mutex_lock (&s->lock);
-  lg_s_poll_set (s, pfd, &n);
-  next = s->delayed ? run_delayed (s, lg_mono_ms ()) : -1;
-  pthread_mutex_unlock (&s->lock);
-  if (next >= 0 && next < timeout)
-    timeout = (int) next;
-  if (poll (pfd, n, timeout) < 0 && errno != EINTR) {
+  if (nap)
+    pfd[0].fd = pfd[2].fd = -1;
+  if (poll (pfd, n, timeout) < 0 && errno != EINTR)
     lg_error ("%s: poll: %m", s->portal);
-    return;
-  }
   if (pfd[1].revents & POLLIN) {
     uint64_t v;
 
     if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
       lg_debug ("eventfd read: %m");
   }
+  if (nap && lg_mono_ms () - last >= SERVICE_INTERVAL_MS) {
+    pfd[0].fd = fd0;
+    pfd[2].fd = fd2;
+    (void) poll (pfd, n, 0);
+  }
+}
+
+/* One turn of the loop with the connection up: poll without the lock,
+ * service with it.  The loop naps while a submitter polls or nothing is
+ * in flight (selfpoll.c). */
+static void
+loop_up (struct lg_session *s, int64_t *last)
+{
+  struct pollfd pfd[3] = { { .fd = -1 }, { .fd = -1 }, { .fd = -1 } };
+  unsigned n;
+  int64_t now, next;
+  int timeout = SERVICE_INTERVAL_MS;
+  bool nap;
+
+  pthread_mutex_lock (&s->lock);
+  lg_s_poll_set (s, pfd, &n);
+  next = s->delayed ? run_delayed (s, lg_mono_ms ()) : -1;
+  nap = s->poller == POLLER_SUBMITTER
+      || (s->poller == POLLER_NONE && lg_s_idle (s));
+  if (!nap)
+    s->poller = POLLER_LOOP;
+  s->loop_napping = nap;
+  pthread_mutex_unlock (&s->lock);
+  if (next >= 0 && next < timeout)
+    timeout = (int) next;
+  loop_poll (s, pfd, n, nap, timeout, *last);
   now = lg_mono_ms ();
   pthread_mutex_lock (&s->lock);
+  s->loop_napping = false;
+  if (s->poller == POLLER_LOOP)
+    s->poller = POLLER_NONE;
   /* A submitter may have found the connection dead meanwhile. */
   if (s->up
       && (pfd[0].revents != 0 || (n == 3 && pfd[2].revents != 0)
@@ -438,7 +469,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
-  s->efd = -1;
+  s->efd = s->pefd = -1;
   s->login = login;
   s->shared = shared;
   s->fence = shared ? shared->fence : NULL;
@@ -492,7 +523,8 @@ lg_session_open (const struct lg_login *login, const char *portal,
   }
   lg_waiter_init (&s->opened, 1);
   s->efd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->efd < 0) {
+  s->pefd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->efd < 0 || s->pefd < 0) {
     saved = errno;
     snprintf (err, errlen, "eventfd: %s", strerror (saved));
     goto err;
@@ -516,6 +548,8 @@ err:
   lg_s_drop_ctx (s);
   if (s->efd >= 0)
     close (s->efd);
+  if (s->pefd >= 0)
+    close (s->pefd);
   lg_waiter_destroy (&s->opened);
   pthread_mutex_destroy (&s->lock);
   if (s->own_fence)
@@ -528,7 +562,7 @@ err:
 void
 lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
 {
-  bool need_wake;
+  bool need_wake, self_poll;
 
   cmd->session = s;
   cmd->next = cmd->prev = NULL;
@@ -543,12 +577,19 @@ lg_session_submit (struct lg_session *s, struct lg_cmd *cmd)
     cmd->first_ms = lg_mono_ms ();
   cmd->status = SCSI_STATUS_GOOD;
   cmd->msg[0] = '\0';
+  /* The waiter's only command left: its thread may poll for it. */
+  self_poll = cmd->waiter && cmd->waiter->fn == NULL
+      && atomic_load (&cmd->waiter->pending) == 1;
+  if (self_poll)
+    cmd->waiter->home = s;
   atomic_fetch_add (&s->load, 1);
   pthread_mutex_lock (&s->lock);
   lg_s_issue (s, cmd);
   /* Write it now, on this thread: what does not fit is left for the loop
-   * thread, which must then poll for POLLOUT. */
-  need_wake = lg_s_flush_out (s);
+   * thread, which must then poll for POLLOUT.  A napping loop must poll
+   * for a command whose submitter will not. */
+  need_wake = lg_s_flush_out (s)
+      || (!self_poll && s->loop_napping && s->poller == POLLER_NONE);
   pthread_mutex_unlock (&s->lock);
   if (need_wake)
     lg_s_wake (s);
@@ -716,6 +757,7 @@ lg_session_close (struct lg_session *s)
   if (s->own_fence)
     lg_fence_free (s->fence);
   close (s->efd);
+  close (s->pefd);
   lg_waiter_destroy (&s->opened);
   pthread_mutex_destroy (&s->lock);
   free (s);

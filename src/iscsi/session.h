@@ -65,6 +65,10 @@ struct lg_waiter {
   sem_t sem;
   void (*fn) (void *opaque); /* instead of the semaphore, when set */
   void *opaque;
+  /* A waiter of one command may poll that command's session itself while
+   * it waits (selfpoll.c): set by lg_session_submit. */
+  struct lg_session *home;
+  atomic_bool polling; /* home's poller right now */
 };
 
 /* Expect n completions. */

@@ -11,11 +11,17 @@
  * sem_post, which then writes into a dead frame.  So a waiter that expects
  * completions always waits for the post; only one that expects none
  * returns at once.
+ *
+ * A waiter of one command waits by polling that command's session itself
+ * when nobody else does (selfpoll.c): it then takes its own reply with no
+ * thread woken.  A completion on another thread while it polls wakes its
+ * poll (lg_s_poke) before the post.
  */
 #include <config.h>
 
 #include <errno.h>
 
+#include "iscsi/selfpoll.h"
 #include "iscsi/session.h"
 
 #ifdef LG_WAITER_TEST_HOOK
@@ -31,6 +37,8 @@ lg_waiter_init (struct lg_waiter *w, unsigned n)
   sem_init (&w->sem, 0, 0);
   w->fn = NULL;
   w->opaque = NULL;
+  w->home = NULL;
+  atomic_init (&w->polling, false);
 }
 
 void
@@ -41,6 +49,8 @@ lg_waiter_init_fn (struct lg_waiter *w, unsigned n, void (*fn) (void *),
   w->none = n == 0;
   w->fn = fn;
   w->opaque = opaque;
+  w->home = NULL;
+  atomic_init (&w->polling, false);
 }
 
 void
@@ -55,6 +65,8 @@ lg_waiter_wait (struct lg_waiter *w)
 {
   if (w->none)
     return;
+  if (w->home)
+    lg_s_wait_polling (w->home, w);
   while (sem_wait (&w->sem) < 0 && errno == EINTR)
     ;
 }
@@ -69,7 +81,11 @@ lg_waiter_done (struct lg_waiter *w)
 #endif
     if (w->fn)
       w->fn (w->opaque);
-    else
+    else {
+      /* Read before the post: the waiter may be gone after it. */
+      if (atomic_load (&w->polling))
+        lg_s_poke (w->home, w);
       sem_post (&w->sem);
+    }
   }
 }
