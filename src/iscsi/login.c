@@ -237,10 +237,17 @@ lg_s_service (struct lg_session *s, short revents)
   bool in = false;
   int r;
 
-  if (s->relay && lg_relay_pump (s->relay, &in) < 0)
+  /* A caller that only sends (a submitter) reads nothing here: what it
+   * sends is read after iscsi_service. */
+  if (s->relay
+      && lg_relay_pump (
+             s->relay,
+             revents == POLLOUT ? 0 : LG_RELAY_FROM_LIB | LG_RELAY_FROM_NET,
+             &in)
+          < 0)
     return -1;
   /* Bytes the relay just passed are read now, unless the caller only
-   * sends (a submitter: the loop thread reads, and runs the callbacks). */
+   * sends. */
   if (in && revents != POLLOUT)
     revents |= POLLIN;
   s->in_service = true;
@@ -248,8 +255,9 @@ lg_s_service (struct lg_session *s, short revents)
   s->in_service = false;
   if (r < 0)
     return -1;
-  /* What libiscsi wrote goes on now, not at the next wake-up. */
-  if (s->relay && lg_relay_pump (s->relay, &in) < 0)
+  /* What libiscsi wrote goes on now, not at the next wake-up.  The
+   * target's answer is left for the poll that follows. */
+  if (s->relay && lg_relay_pump (s->relay, LG_RELAY_FROM_LIB, &in) < 0)
     return -1;
   return 0;
 }

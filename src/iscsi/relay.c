@@ -654,21 +654,25 @@ fill (struct lg_relay *r, struct side *s, int fd, bool inbound)
     s->len += (size_t) n;
     if (parse (r, s, inbound) < 0)
       return -1;
+    /* A short read emptied the socket: no read just to hear EAGAIN. */
+    if (s->len < BUF_CAP)
+      break;
   }
   return 0;
 }
 
 int
-lg_relay_pump (struct lg_relay *r, bool *delivered)
+lg_relay_pump (struct lg_relay *r, unsigned from, bool *delivered)
 {
   bool sent = false;
 
   *delivered = false;
   if (r->err[0] || check_window (r) < 0)
     return -1;
-  if (fill (r, &r->out, r->lib, false) < 0
+  if (((from & LG_RELAY_FROM_LIB) && fill (r, &r->out, r->lib, false) < 0)
       || deliver (r, &r->out, r->net, &sent) < 0
-      || (!r->eof && fill (r, &r->in, r->net, true) < 0)
+      || ((from & LG_RELAY_FROM_NET) && !r->eof
+          && fill (r, &r->in, r->net, true) < 0)
       || deliver (r, &r->in, r->lib, delivered) < 0)
     return -1;
   if (r->eof && !r->shut && r->in.off == r->in.len) {

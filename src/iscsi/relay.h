@@ -37,12 +37,18 @@ void lg_relay_free (struct lg_relay *r);
 int lg_relay_net_fd (const struct lg_relay *r);
 short lg_relay_net_events (const struct lg_relay *r);
 
-/* Moves what can move, both ways, without blocking; *delivered is set
- * when bytes reached libiscsi's end (service it for POLLIN).  -1 when the
+/* Moves what can move, both ways, without blocking, reading from the
+ * sides named in from (what was read before always moves on); *delivered
+ * is set when bytes reached libiscsi's end (service it for POLLIN).  A
+ * read that does not fill the buffer is taken to have emptied its socket:
+ * the network socket is polled, and libiscsi writes only inside a call
+ * that is followed by a pump.  -1 when the
  * connection is over: closed by the target, an error, or a violation
  * (lg_relay_error says which; lg_relay_broke_protocol whether the target
  * broke the protocol rather than the network failing). */
-int lg_relay_pump (struct lg_relay *r, bool *delivered);
+#define LG_RELAY_FROM_LIB 1u
+#define LG_RELAY_FROM_NET 2u
+int lg_relay_pump (struct lg_relay *r, unsigned from, bool *delivered);
 const char *lg_relay_error (const struct lg_relay *r);
 bool lg_relay_broke_protocol (const struct lg_relay *r);
 
