@@ -51,10 +51,12 @@ sock=$dir/s.sock
 wrap=$dir/nbdkit
 # (The unit names the installed plugin, "lungate": the wrapper gives the
 # one built here.)
+# It notes nbdkit's own options (before the plugin) in $dir/opts.
 {
-  printf '#!/bin/bash\n[ "$2" = lungate ] || exit 99\nf=$1; shift 2\nexec'
+  printf '#!/bin/bash\no=()\nwhile [ $# -gt 0 ] && [ "$1" != lungate ]; do o+=("$1"); shift; done\n'
+  printf '[ "$1" = lungate ] || exit 99\nshift\necho "${o[*]}" >%q\nexec' "$dir/opts"
   printf ' %q' "${NBDKIT[@]}" -U "$sock"
-  printf ' "$f" %q "$@"\n' "$LUNGATE_PLUGIN"
+  printf ' "${o[@]}" %q "$@"\n' "$LUNGATE_PLUGIN"
 } >"$wrap"
 chmod +x "$wrap"
 service ()
@@ -80,14 +82,20 @@ service URL="iscsi://$TGT_PORTAL/$t/1" CHAP_USER=gw CONNECTIONS=2 TIMEOUT=30 PAR
 wait_sock
 size=$(rw) || fail "I/O through the service"
 [ "$size" -lt $((16 << 20)) ] || fail "the service did not open the volume with the key credential (size $size)"
+# 64 threads per connection unless THREADS says otherwise (nbdkit's 16
+# halve random I/O over a WAN link: nbdkit-lungate-plugin(1)).
+[ "$(cat "$dir/opts")" = "--foreground --threads 64" ] \
+  || fail "nbdkit's options: $(cat "$dir/opts")"
 nbd_stop "$svc"
 
 # A plain LUN without CHAP: no secret needed, a missing file is fine.
 rm "$creds/lungate_key"
 tgtadm_ --mode account --op unbind --tid 1 --user gw || fail "tgtadm unbind"
-service URL="iscsi://$TGT_PORTAL/$t/2"
+service URL="iscsi://$TGT_PORTAL/$t/2" THREADS=8
 wait_sock
 [ "$(rw)" = $((16 << 20)) ] || fail "a plain LUN through the service"
+[ "$(cat "$dir/opts")" = "--foreground --threads 8" ] \
+  || fail "THREADS=8 gave nbdkit: $(cat "$dir/opts")"
 nbd_stop "$svc"
 
 # CHAP_USER without its secret: refused, naming the file.
