@@ -5,14 +5,17 @@
  *               [--delay-ms MS] [--rate RATE] [--queue BYTES] [-v]
  *
  * Each accepted client is connected to the upstream, and the bytes of
- * each direction go through a model of one link: they are serialized at
- * RATE (the link is busy len / RATE per chunk, chunks wait behind each
- * other), then arrive DELAY later.  So no byte is released before DELAY
- * after it was read, and no direction carries more than RATE on average.
- * A direction queues at most --queue bytes (default: twice the
- * bandwidth-delay product, at least 4 MiB); beyond that the proxy stops
- * reading from that side and TCP's flow control pushes back on the sender.
- * A FIN is forwarded after the last byte, with the same delay.
+ * each direction go through a model of one link, shared by all the
+ * connections (as several TCP connections share one WAN link): they are
+ * serialized at RATE (the link is busy len / RATE per chunk, chunks wait
+ * behind each other), then arrive DELAY later.  So no byte is released
+ * before DELAY after it was read, and no direction carries more than RATE
+ * on average, whatever the number of connections.  The link's buffer
+ * holds --buffer-ms of bytes (default 2 ms): while it is full nobody
+ * reads for that link, and TCP's flow control pushes back on the senders.
+ * A connection also queues at most --queue bytes a direction (default:
+ * twice the bandwidth-delay product, at least 4 MiB): memory stays
+ * bounded.  A FIN is forwarded after the last byte, with the same delay.
  *
  * One thread: an epoll loop over non-blocking sockets, plus one timerfd
  * armed at the next release time of any queue.  Reads are up to 64 KiB,
@@ -64,12 +67,11 @@ struct chunk {
  * fd[1 - side]. */
 struct dir {
   struct chunk *head, *tail;
-  size_t queued;      /* bytes read and not yet written */
-  uint64_t link_free; /* when the modelled link finishes its last chunk */
-  uint64_t eof_at;    /* when to forward the FIN, once eof */
-  bool eof;           /* read returned 0 */
-  bool shut;          /* FIN forwarded */
-  bool blocked;       /* the last write said EAGAIN: wait for EPOLLOUT */
+  size_t queued;   /* bytes read and not yet written */
+  uint64_t eof_at; /* when to forward the FIN, once eof */
+  bool eof;        /* read returned 0 */
+  bool shut;       /* FIN forwarded */
+  bool blocked;    /* the last write said EAGAIN: wait for EPOLLOUT */
 };
 
 enum end_kind { END_LISTEN, END_TIMER, END_CONN };
@@ -95,6 +97,11 @@ struct conn {
 };
 
 static uint64_t delay_ns = 0;
+static uint64_t buffer_ns = 2000000; /* the link's buffer, in time */
+/* The two links, shared by every connection: links_free[0] carries
+ * client to upstream, links_free[1] back.  Each is when that link has
+ * sent the last byte queued on it. */
+static uint64_t links_free[2];
 static uint64_t rate_bps = 1000000000ull; /* bits per second, 0: no cap */
 static size_t queue_limit;                /* per direction */
 static int verbose;
@@ -136,6 +143,10 @@ usage (FILE *f)
            "(1.5G,\n"
            "                            100Mbit, 12.5MB/s); 0 or unlimited: "
            "no cap\n"
+           "  -b, --buffer-ms MS        the link's buffer: a side waits "
+           "while more\n"
+           "                            than MS of bytes wait for the link "
+           "(default 2)\n"
            "  -q, --queue BYTES         most bytes queued per direction, "
            "with k, M,\n"
            "                            G (x1024; default: 2 x rate x "
@@ -332,14 +343,24 @@ conn_free (struct conn *c)
 /* The link model: the chunk waits for the link, occupies it len / rate,
  * then travels delay_ns. */
 static uint64_t
-release_time (struct dir *d, size_t len, uint64_t now)
+release_time (int side, size_t len, uint64_t now)
 {
-  uint64_t start = d->link_free > now ? d->link_free : now;
+  uint64_t start = links_free[side] > now ? links_free[side] : now;
 
   if (rate_bps != 0)
     start += (uint64_t) len * 8 * NS / rate_bps;
-  d->link_free = start;
+  links_free[side] = start;
   return start + delay_ns;
+}
+
+/* Whether the link's buffer is full: more than buffer_ns of bytes wait to
+ * be sent on it.  No connection reads for that link until it drains, as
+ * a sender is held back by a full router queue, so a bulk transfer adds
+ * at most buffer_ns of queueing to the other connections' requests. */
+static bool
+link_full (int side, uint64_t now)
+{
+  return rate_bps != 0 && links_free[side] > now + buffer_ns;
 }
 
 /* Reads what fd[side] has, up to the queue limit. */
@@ -350,11 +371,11 @@ dir_read (struct conn *c, int side)
   struct chunk *ch;
   ssize_t n;
 
-  while (!d->eof && d->queued < queue_limit) {
+  while (!d->eof && d->queued < queue_limit && !link_full (side, now_ns ())) {
     n = read (c->fd[side], readbuf, sizeof readbuf);
     if (n == 0) {
       d->eof = true;
-      d->eof_at = release_time (d, 0, now_ns ());
+      d->eof_at = release_time (side, 0, now_ns ());
       if (verbose)
         fprintf (stderr, PROG ": connection %u: EOF from the %s\n", c->id,
                  side == 0 ? "client" : "upstream");
@@ -378,7 +399,7 @@ dir_read (struct conn *c, int side)
     ch->next = NULL;
     ch->len = (size_t) n;
     ch->off = 0;
-    ch->release = release_time (d, ch->len, now_ns ());
+    ch->release = release_time (side, ch->len, now_ns ());
     if (d->tail != NULL)
       d->tail->next = ch;
     else
@@ -435,7 +456,7 @@ dir_flush (struct conn *c, int side, uint64_t now)
 
 /* Registers for fd[i] the events its two directions wait for. */
 static void
-conn_update (struct conn *c)
+conn_update (struct conn *c, uint64_t now)
 {
   struct epoll_event ev;
   uint32_t want;
@@ -443,7 +464,7 @@ conn_update (struct conn *c)
 
   for (i = 0; i < 2 && !c->dead; i++) {
     want = 0;
-    if (!c->dir[i].eof && c->dir[i].queued < queue_limit)
+    if (!c->dir[i].eof && c->dir[i].queued < queue_limit && !link_full (i, now))
       want |= EPOLLIN;
     if (!c->hup[i] && (c->dir[1 - i].blocked || (i == 1 && c->connecting)))
       want |= EPOLLOUT;
@@ -525,7 +546,7 @@ conn_new (int cfd)
   }
   if (verbose)
     fprintf (stderr, PROG ": connection %u: accepted\n", c->id);
-  conn_update (c);
+  conn_update (c, now_ns ());
 }
 
 static void
@@ -601,7 +622,7 @@ service (void)
     if (!c->dead && c->dir[0].shut && c->dir[1].shut)
       conn_kill (c, "closed", 0);
     if (!c->dead)
-      conn_update (c);
+      conn_update (c, now);
     if (c->dead) {
       *pp = c->next;
       conn_free (c);
@@ -609,6 +630,10 @@ service (void)
     }
     for (i = 0; i < 2; i++) {
       d = &c->dir[i];
+      /* A side held back by a full link reads again when it drains. */
+      if (!d->eof && d->queued < queue_limit && link_full (i, now)
+          && links_free[i] - buffer_ns < next)
+        next = links_free[i] - buffer_ns;
       if (d->blocked || (i == 0 && c->connecting))
         continue;
       if (d->head != NULL)
@@ -642,6 +667,7 @@ main (int argc, char *argv[])
     { "delay-ms", required_argument, NULL, 'd' },
     { "rate", required_argument, NULL, 'r' },
     { "queue", required_argument, NULL, 'q' },
+    { "buffer-ms", required_argument, NULL, 'b' },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
@@ -660,7 +686,7 @@ main (int argc, char *argv[])
   struct end *e;
   uint64_t expirations;
 
-  while ((c = getopt_long (argc, argv, "u:l:d:r:q:vh", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "u:l:d:r:q:b:vh", opts, NULL)) != -1) {
     switch (c) {
     case 'u':
       upstream_arg = optarg;
@@ -678,6 +704,13 @@ main (int argc, char *argv[])
         die ("--rate: '%s': expected a rate such as 1G, 100Mbit, "
              "12.5MB/s, or 0",
              optarg);
+      break;
+    case 'b':
+      if (parse_number (optarg, &ms, &u) == -1 || *u != '\0' || ms < 0.01
+          || ms > 3.6e6)
+        die ("--buffer-ms: '%s': expected milliseconds, 0.01 to 3600000",
+             optarg);
+      buffer_ns = (uint64_t) (ms * 1e6 + 0.5);
       break;
     case 'q':
       if (parse_size (optarg, &queue_limit) == -1)
