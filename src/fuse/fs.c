@@ -345,9 +345,11 @@ alloc_extent (void *opaque, uint64_t off, uint64_t len, bool hole)
  * most ALLOC_MAX_AGE_S old, again after a write (no sooner than
  * ALLOC_MIN_AGE_S).  Where the device has no extents (a thick LUN, the
  * crypt layer), or before a first walk has finished, or when the walk
- * failed: the whole size, which is never less than what is allocated. */
+ * failed: the whole size, which is never less than what is allocated.
+ * With may_walk false the last count is given as it is, without walking
+ * (see fs_setattr). */
 static uint64_t
-allocated_bytes (struct node *nd)
+allocated_bytes (struct node *nd, bool may_walk)
 {
   struct lg_dev *d = nd->dev;
   struct alloc *a = &nd->alloc;
@@ -361,7 +363,7 @@ allocated_bytes (struct node *nd)
     return size;
   pthread_mutex_lock (&the_fs->alloc_lock);
   age = now - a->counted_us;
-  if (a->walking
+  if (a->walking || !may_walk
       || (a->known && a->cursor == 0 && age < ALLOC_MAX_AGE_S * 1000000
           && (a->gen == gen || age < ALLOC_MIN_AGE_S * 1000000))) {
     res = a->known ? a->bytes : size;
@@ -406,8 +408,10 @@ allocated_bytes (struct node *nd)
   return res < size ? res : size;
 }
 
+/* A file's attributes; with fresh false the LUN is neither checked nor
+ * its extents walked, and st_blocks is the last count (fs_setattr). */
 static void
-fill_stat (fuse_ino_t ino, struct stat *st)
+fill_stat (fuse_ino_t ino, struct stat *st, bool fresh)
 {
   struct node *nd = node_of (ino);
 
@@ -434,13 +438,14 @@ fill_stat (fuse_ino_t ino, struct stat *st)
     /* A LUN that reported a change is checked first: a resized plain LUN
      * shows its new size (a LUN that is no longer the one opened keeps
      * its size and fails every request). */
-    lg_dev_revalidate (nd->dev);
+    if (fresh)
+      lg_dev_revalidate (nd->dev);
     st->st_size = (off_t) __atomic_load_n (&nd->dev->size, __ATOMIC_RELAXED);
     st->st_blksize
         = (blksize_t) (nd->dev->pref_block_size ? nd->dev->pref_block_size
                                                 : 4096);
     /* du shows what the LUN holds, not its size. */
-    st->st_blocks = (blkcnt_t) ((allocated_bytes (nd) + 511) / 512);
+    st->st_blocks = (blkcnt_t) ((allocated_bytes (nd, fresh) + 511) / 512);
   }
 }
 
@@ -456,7 +461,7 @@ fs_lookup (fuse_req_t req, fuse_ino_t parent, const char *name)
       e.ino = (fuse_ino_t) i + 1;
       e.attr_timeout = 1.0;
       e.entry_timeout = 1.0;
-      fill_stat (e.ino, &e.attr);
+      fill_stat (e.ino, &e.attr, true);
       fuse_reply_entry (req, &e);
       return;
     }
@@ -473,7 +478,7 @@ fs_getattr (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fuse_reply_err (req, ENOENT);
     return;
   }
-  fill_stat (ino, &st);
+  fill_stat (ino, &st, true);
   fuse_reply_attr (req, &st, 1.0);
 }
 
@@ -496,7 +501,12 @@ fs_setattr (fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
     fuse_reply_err (req, nd->dir ? EISDIR : EINVAL);
     return;
   }
-  fill_stat (ino, &st);
+  /* With the writeback cache the kernel keeps the file's times and sends
+   * them here from every fsync, between the writes and the FSYNC, with
+   * the inode locked (the loop device's whole queue waits): the answer
+   * is the last count, not a walk of the extents (up to 100 ms) nor a
+   * check of the LUN.  A stat (getattr) still counts afresh. */
+  fill_stat (ino, &st, false);
   fuse_reply_attr (req, &st, 1.0);
 }
 
