@@ -611,4 +611,8 @@ lg_s_recover (struct lg_session *s)
     lg_s_issue_held (s);
   else
     lg_s_flush_out (s);
+  /* On the identity check's thread: a napping loop must poll for what was
+   * just issued (nobody else does). */
+  if (s->loop_napping && s->poller == POLLER_NONE)
+    lg_s_wake (s);
 }
