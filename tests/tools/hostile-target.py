@@ -72,6 +72,10 @@ MODES = {
     "--block-size-report)",
     "unit-attention": "every command answered UNIT ATTENTION once (every "
     "other command), retries succeed",
+    "busy": "every other READ/WRITE answered BUSY (status 0x08), "
+    "retries succeed",
+    "task-set-full": "every other READ/WRITE answered TASK SET FULL "
+    "(status 0x28), retries succeed",
     "unit-attention-once": "first command on each LUN of a connection "
     "answered UNIT ATTENTION (power on)",
 }
@@ -769,6 +773,14 @@ class Conn:
 
     def execute(self, pdu, lun, cdb, edtl, dout):
         op = cdb[0]
+        for m, st in (("busy", 0x08), ("task-set-full", 0x28)):
+            if (self.normal() and m in self.modes
+                    and op in READ_OPS + WRITE_OPS):
+                self.busy_turn = not getattr(self, "busy_turn", False)
+                if self.busy_turn:
+                    self.active(m)
+                    self.send_status(pdu, st)
+                    return
         try:
             self.pre_checks(lun, op)
             handler = SCSI_HANDLERS.get(op)

@@ -165,7 +165,7 @@ main (int argc, char **argv)
     fprintf (stderr, "latprobe: %s\n", err);
     return 1;
   }
-  dev = lg_iscsi_dev_open (p, true, u.lun, false, err, sizeof err);
+  dev = lg_iscsi_dev_open (p, false, u.lun, false, err, sizeof err);
   if (dev == NULL) {
     fprintf (stderr, "latprobe: %s\n", err);
     lg_pool_close (p);
@@ -183,12 +183,33 @@ main (int argc, char **argv)
         || (strcmp (x, "mix") == 0 && i == threads - 1);
     pthread_create (&t[i], NULL, run, &jobs[i]);
   }
+  if (strcmp (sc, "stall-close") == 0) {
+    /* The device (and its pool) closed while thread 0 still waits for
+     * its stalled read: that read must fail, with nothing of the closed
+     * session touched after (session.h: a command pending at close
+     * fails). */
+    int64_t t0;
+
+    usleep ((useconds_t) gap_ms * 1000);
+    t0 = now_us ();
+    lg_pool_close (p);
+    fprintf (stderr, "latprobe: lg_pool_close took %.1f ms\n",
+             (now_us () - t0) / 1000.0);
+    p = NULL;
+  }
   for (int i = 0; i < threads; i++)
     pthread_join (t[i], NULL);
+  if (p == NULL) {
+    /* dev is not closed: its pool is gone. */
+    printf ("latprobe: closed with a read pending: %d errors\n",
+            atomic_load (&errors));
+    return atomic_load (&errors) == 1 ? 0 : 1;
+  }
   printf ("latprobe: %s: %d x %d requests of %zu bytes: slowest %.1f ms, "
           "%d over %" PRId64 " ms, %d errors\n",
           sc, threads, n_req, bytes, atomic_load (&worst_us) / 1000.0,
           atomic_load (&slow), max_ok_ms, atomic_load (&errors));
-  lg_dev_close (dev); /* and the pool */
+  lg_dev_close (dev);
+  lg_pool_close (p);
   return atomic_load (&slow) || atomic_load (&errors) ? 1 : 0;
 }
