@@ -86,6 +86,9 @@ struct lg_session {
    * naps on its eventfd alone meanwhile. */
   enum { POLLER_NONE, POLLER_LOOP, POLLER_SUBMITTER } poller;
   bool loop_napping;
+  unsigned ctx_gen;    /* counts the contexts dropped (selfpoll.c) */
+  atomic_int npollers; /* submitters inside lg_s_wait_polling */
+  int nap_ms; /* the longest nap: SERVICE_INTERVAL_MS (tests stretch it) */
   const struct lg_login *login; /* the caller's; outlives the session */
   char portals[LG_MAX_PORTALS][300];
   unsigned nportals;

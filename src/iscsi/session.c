@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -163,6 +164,8 @@ loop_up (struct lg_session *s, int64_t *last)
     s->poller = POLLER_LOOP;
   s->loop_napping = nap;
   pthread_mutex_unlock (&s->lock);
+  if (nap)
+    timeout = s->nap_ms;
   if (next >= 0 && next < timeout)
     timeout = (int) next;
   loop_poll (s, pfd, n, nap, timeout, *last);
@@ -471,6 +474,15 @@ lg_session_open (const struct lg_login *login, const char *portal,
   }
   s->efd = s->pefd = -1;
   s->login = login;
+  /* Tests stretch the nap, so that a command issued while the loop naps
+   * with nobody polling for it shows as a wait of seconds, not of one. */
+  s->nap_ms = SERVICE_INTERVAL_MS;
+  if (getenv ("LUNGATE_TEST_NAP_MS")) {
+    long ms = strtol (getenv ("LUNGATE_TEST_NAP_MS"), NULL, 10);
+
+    if (ms >= 100 && ms <= 60000)
+      s->nap_ms = (int) ms;
+  }
   s->shared = shared;
   s->fence = shared ? shared->fence : NULL;
   if (s->fence == NULL) {
@@ -750,6 +762,10 @@ lg_session_close (struct lg_session *s)
   lg_s_fail_waiting (s);
   lg_s_drop_doubts (s);
   pthread_mutex_unlock (&s->lock);
+  /* A submitter that polled for a command failed just now may still be
+   * on its way out of the session (selfpoll.c). */
+  while (atomic_load (&s->npollers) > 0)
+    nanosleep (&(struct timespec){ .tv_nsec = 1000000 }, NULL);
   /* Its commands fail at once now. */
   join_validator (s);
   free (s->vluns);

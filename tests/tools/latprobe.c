@@ -95,8 +95,8 @@ run (void *arg)
   if (getenv ("LATPROBE_START_MS"))
     usleep ((useconds_t) atoi (getenv ("LATPROBE_START_MS")) * 1000);
   for (int i = 0; i < n_req; i++) {
-    uint64_t off = ((uint64_t) rand_r (&j->seed) % ((span - bytes) / 4096))
-        * 4096;
+    uint64_t off
+        = ((uint64_t) rand_r (&j->seed) % ((span - bytes) / 4096)) * 4096;
     int64_t t0 = now_us ();
     int r;
 
@@ -139,8 +139,9 @@ main (int argc, char **argv)
   struct job jobs[64];
 
   if (argc < 7) {
-    fprintf (stderr, "usage: latprobe URL CONNS SCENARIO N GAP_MS BYTES "
-                     "[THREADS]\n");
+    fprintf (stderr,
+             "usage: latprobe URL CONNS SCENARIO N GAP_MS BYTES "
+             "[THREADS]\n");
     return 2;
   }
   if (getenv ("LATPROBE_MAX_MS"))
@@ -159,8 +160,8 @@ main (int argc, char **argv)
     return 2;
   }
   lg_login_init (&login);
-  p = lg_pool_open (&login, u.portal, u.target, (unsigned) atoi (argv[2]),
-                    err, sizeof err);
+  p = lg_pool_open (&login, u.portal, u.target, (unsigned) atoi (argv[2]), err,
+                    sizeof err);
   if (p == NULL) {
     fprintf (stderr, "latprobe: %s\n", err);
     return 1;
