@@ -211,6 +211,8 @@ lg_s_drop_ctx (struct lg_session *s)
   s->ctx = NULL;
   lg_relay_free (s->relay);
   s->relay = NULL;
+  /* A submitter that polled the old sockets must not service the new. */
+  s->ctx_gen++;
 }
 
 void

@@ -58,6 +58,7 @@ take (struct lg_session *s, struct lg_waiter *w)
   if (ok) {
     s->poller = POLLER_SUBMITTER;
     atomic_store (&w->polling, true);
+    atomic_fetch_add (&s->npollers, 1);
   }
   pthread_mutex_unlock (&s->lock);
   return ok;
@@ -80,12 +81,13 @@ static bool
 serve_once (struct lg_session *s, struct lg_waiter *w)
 {
   struct pollfd pfd[3];
-  unsigned n;
+  unsigned n, gen;
   bool up;
 
   pthread_mutex_lock (&s->lock);
   lg_s_poll_set (s, pfd, &n);
   pfd[1].fd = s->pefd;
+  gen = s->ctx_gen;
   pthread_mutex_unlock (&s->lock);
   if (poll (pfd, n, SELFPOLL_MS) < 0 && errno != EINTR)
     lg_debug ("%s: poll: %m", s->portal);
@@ -96,7 +98,9 @@ serve_once (struct lg_session *s, struct lg_waiter *w)
       lg_debug ("eventfd read: %m");
   }
   pthread_mutex_lock (&s->lock);
-  if (s->up && !s->broken
+  /* What the poll saw is of these sockets only if they are still the
+   * session's (the connection may have been lost and made again). */
+  if (s->up && !s->broken && s->ctx_gen == gen
       && (pfd[0].revents != 0 || (n == 3 && pfd[2].revents != 0))) {
     self = w;
     if (lg_s_service (s, pfd[0].revents) < 0 || s->broken) {
@@ -123,6 +127,8 @@ lg_s_wait_polling (struct lg_session *s, struct lg_waiter *w)
   pthread_mutex_lock (&s->lock);
   give_up (s, w);
   pthread_mutex_unlock (&s->lock);
+  /* The last touch of s: lg_session_close waits for it. */
+  atomic_fetch_sub (&s->npollers, 1);
 }
 
 bool
