@@ -164,12 +164,14 @@ main (int argc, char **argv)
                     sizeof err);
   if (p == NULL) {
     fprintf (stderr, "latprobe: %s\n", err);
+    lg_login_clear (&login);
     return 1;
   }
   dev = lg_iscsi_dev_open (p, false, u.lun, false, err, sizeof err);
   if (dev == NULL) {
     fprintf (stderr, "latprobe: %s\n", err);
     lg_pool_close (p);
+    lg_login_clear (&login);
     return 1;
   }
   for (int i = 0; i < threads; i++) {
@@ -204,6 +206,7 @@ main (int argc, char **argv)
     /* dev is not closed: its pool is gone. */
     printf ("latprobe: closed with a read pending: %d errors\n",
             atomic_load (&errors));
+    lg_login_clear (&login);
     return atomic_load (&errors) == 1 ? 0 : 1;
   }
   printf ("latprobe: %s: %d x %d requests of %zu bytes: slowest %.1f ms, "
@@ -212,5 +215,6 @@ main (int argc, char **argv)
           atomic_load (&slow), max_ok_ms, atomic_load (&errors));
   lg_dev_close (dev);
   lg_pool_close (p);
+  lg_login_clear (&login);
   return atomic_load (&slow) || atomic_load (&errors) ? 1 : 0;
 }
