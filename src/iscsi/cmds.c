@@ -32,12 +32,27 @@ lg_s_name (const struct lg_session *s)
 }
 
 void
-lg_s_wake (struct lg_session *s)
+lg_s_efd_post (int fd)
 {
   uint64_t one = 1;
 
-  if (write (s->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+  if (write (fd, &one, sizeof one) < 0 && errno != EAGAIN)
     lg_error ("eventfd write: %m");
+}
+
+void
+lg_s_efd_drain (int fd)
+{
+  uint64_t v;
+
+  if (read (fd, &v, sizeof v) < 0 && errno != EAGAIN)
+    lg_debug ("eventfd read: %m");
+}
+
+void
+lg_s_wake (struct lg_session *s)
+{
+  lg_s_efd_post (s->efd);
 }
 
 void

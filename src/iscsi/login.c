@@ -280,12 +280,8 @@ lg_s_service_once (struct lg_session *s, int timeout_ms, int64_t *last_service)
     lg_error ("%s: poll: %m", s->portal);
     return -1;
   }
-  if (pfd[1].revents & POLLIN) {
-    uint64_t v;
-
-    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
-      lg_debug ("eventfd read: %m");
-  }
+  if (pfd[1].revents & POLLIN)
+    lg_s_efd_drain (s->efd);
   now = lg_mono_ms ();
   if (pfd[0].revents == 0 && (n < 3 || pfd[2].revents == 0)
       && now - *last_service < SERVICE_INTERVAL_MS)

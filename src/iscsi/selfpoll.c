@@ -37,12 +37,8 @@ static _Thread_local struct lg_waiter *self;
 void
 lg_s_poke (struct lg_session *s, struct lg_waiter *w)
 {
-  uint64_t one = 1;
-
-  if (self == w)
-    return;
-  if (write (s->pefd, &one, sizeof one) < 0 && errno != EAGAIN)
-    lg_error ("eventfd write: %m");
+  if (self != w)
+    lg_s_efd_post (s->pefd);
 }
 
 /* Takes the poller's part for w (s->lock not held): false when the
@@ -91,12 +87,8 @@ serve_once (struct lg_session *s, struct lg_waiter *w)
   pthread_mutex_unlock (&s->lock);
   if (poll (pfd, n, SELFPOLL_MS) < 0 && errno != EINTR)
     lg_debug ("%s: poll: %m", s->portal);
-  if (pfd[1].revents & POLLIN) {
-    uint64_t v;
-
-    if (read (s->pefd, &v, sizeof v) < 0 && errno != EAGAIN)
-      lg_debug ("eventfd read: %m");
-  }
+  if (pfd[1].revents & POLLIN)
+    lg_s_efd_drain (s->pefd);
   pthread_mutex_lock (&s->lock);
   /* What the poll saw is of these sockets only if they are still the
    * session's (the connection may have been lost and made again). */

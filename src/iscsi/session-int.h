@@ -185,6 +185,9 @@ bool lg_s_flush_out (struct lg_session *s);
 void lg_s_fail_waiting (struct lg_session *s);
 void lg_s_set_ready (struct lg_session *s);
 void lg_s_wake (struct lg_session *s);
+/* An eventfd: count one (wakes whoever polls it) / empty it. */
+void lg_s_efd_post (int fd);
+void lg_s_efd_drain (int fd);
 /* Nothing in flight and nothing to send: the loop thread may nap
  * (selfpoll.c; s->lock held, connection up). */
 bool lg_s_idle (struct lg_session *s);

@@ -130,12 +130,8 @@ loop_poll (struct lg_session *s, struct pollfd *pfd, unsigned n, bool nap,
     pfd[0].fd = pfd[2].fd = -1;
   if (poll (pfd, n, timeout) < 0 && errno != EINTR)
     lg_error ("%s: poll: %m", s->portal);
-  if (pfd[1].revents & POLLIN) {
-    uint64_t v;
-
-    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
-      lg_debug ("eventfd read: %m");
-  }
+  if (pfd[1].revents & POLLIN)
+    lg_s_efd_drain (s->efd);
   if (nap && lg_mono_ms () - last >= SERVICE_INTERVAL_MS) {
     pfd[0].fd = fd0;
     pfd[2].fd = fd2;
@@ -311,12 +307,8 @@ nap (struct lg_session *s, int64_t ms)
     return;
   if (poll (&pfd, 1, ms > SERVICE_INTERVAL_MS ? SERVICE_INTERVAL_MS : (int) ms)
           > 0
-      && (pfd.revents & POLLIN)) {
-    uint64_t v;
-
-    if (read (s->efd, &v, sizeof v) < 0 && errno != EAGAIN)
-      lg_debug ("eventfd read: %m");
-  }
+      && (pfd.revents & POLLIN))
+    lg_s_efd_drain (s->efd);
 }
 
 /* One turn of the loop with the connection down: after a backoff, log in
