@@ -17,13 +17,7 @@ tgt_add_lun 1 1 16M
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t/1"
 mnt=$TGT_DIR/mnt; mnt2=$TGT_DIR/mnt2
-mkdir -p "$mnt" "$mnt2"
-umount_all ()
-{
-  fusermount3 -u -z "$mnt" 2>/dev/null || true
-  fusermount3 -u -z "$mnt2" 2>/dev/null || true
-}
-on_exit umount_all
+mount_points "$mnt" "$mnt2"
 sock=$TGT_DIR/gw.sock
 
 # The plugin holds the LUN (a writable connection claims it).
@@ -51,7 +45,10 @@ if grep -q " $mnt " /proc/mounts || ! ls "$mnt" >/dev/null 2>&1; then
   fail "a mount killed during its claim left $mnt mounted"
 fi
 
-with_timeout 60 "$LUNGATE" mount -o ro "$url" "$mnt" || fail "a read-only mount beside the writer"
+with_timeout 60 "$LUNGATE" mount -o ro "$url" "$mnt" 2>"$TGT_DIR/ro.err" \
+  || { cat "$TGT_DIR/ro.err"; fail "a read-only mount beside the writer"; }
+grep -q "/1: read-only beside the writer, .*changes under the reader" "$TGT_DIR/ro.err" \
+  || { cat "$TGT_DIR/ro.err"; fail "the read-only mount does not say what reading beside a writer means"; }
 [ "$(head -c 1 "$mnt/lun1")" = Q ] || fail "the read-only mount does not read the writer's data"
 # One URL, one mount.
 expect_fail_with "mounted already on $mnt" "$LUNGATE" mount -o ro "$url" "$mnt2"

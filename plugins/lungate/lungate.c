@@ -32,7 +32,6 @@
 #include "common/glue.h"
 #include "dev/dev.h"
 #include "dev/iscsi.h"
-#include "dev/reserve.h"
 #include "dev/stack.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
@@ -745,7 +744,7 @@ note_reader (const struct export *ce)
 
   pthread_mutex_lock (&claim_lock);
   if (!e->noted && !e->claimed)
-    lg_reserve_note (pool, e->info.lun, e->crypt);
+    lg_dev_note_reader (e->dev);
   e->noted = true;
   pthread_mutex_unlock (&claim_lock);
 }

@@ -17,7 +17,6 @@
 #include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "dev/iscsi.h"
-#include "dev/reserve.h"
 #include "dev/stack.h"
 #include "fuse/fs.h"
 #include "iscsi/lun.h"
@@ -243,8 +242,7 @@ ready (struct lg_fs *fs, void *opaque)
       return -1;
     }
     if (m->read_only)
-      lg_reserve_note (m->pools[m->luns[i].target], m->luns[i].lun,
-                       strcmp (d->ops->name, "crypt") == 0);
+      lg_dev_note_reader (d);
     if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
       lg_error ("%s", err);
       lg_dev_close (d);

@@ -426,8 +426,20 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   return r < 0 ? -1 : 1;
 }
 
+/* A reader beside another gateway's writes reads a volume's units. */
+static void
+cdev_note_reader (struct lg_dev *d, bool volume)
+{
+  struct lg_dev *lower = to_cdev (d)->lower;
+
+  (void) volume;
+  if (lower->ops->note_reader)
+    lower->ops->note_reader (lower, true);
+}
+
 static const struct lg_dev_ops cdev_ops = {
   .claim = cdev_claim,
+  .note_reader = cdev_note_reader,
   .name = "crypt",
   .pread = lgc_pread,
   .pwrite = lgc_pwrite,

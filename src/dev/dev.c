@@ -298,6 +298,13 @@ lg_dev_auth_failures (const struct lg_dev *d)
   return d->ops->auth_failures ? d->ops->auth_failures (d) : 0;
 }
 
+void
+lg_dev_note_reader (struct lg_dev *d)
+{
+  if (d->ops->note_reader)
+    d->ops->note_reader (d, false);
+}
+
 int
 lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 {

@@ -110,6 +110,9 @@ struct lg_dev_ops {
                         size_t count, uint64_t off);
   /* Optional: see lg_dev_claim. */
   int (*claim) (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
+  /* Optional: see lg_dev_note_reader; volume: d is, or is under, a
+   * lungate volume. */
+  void (*note_reader) (struct lg_dev *d, bool volume);
 };
 
 struct lg_dev {
@@ -213,6 +216,11 @@ int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
  * the crypt layer then keeps an owner record, crypt/owner.h); -1 with errno (EBUSY when another gateway holds it, EINVAL for a shared
  * claim that cannot be) and a sentence in err. */
 int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
+
+/* For a front end that reads d without claiming it: when another
+ * gateway holds the LUN for writing, a warning says what reading beside
+ * a writer means.  Nothing where the device has no claims. */
+void lg_dev_note_reader (struct lg_dev *d);
 
 /* Microseconds on the monotonic clock, for lg_dev_account. */
 uint64_t lg_dev_now_us (void);

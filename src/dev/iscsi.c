@@ -1105,6 +1105,14 @@ refused (struct idev *x)
   return -1;
 }
 
+static void
+idev_note_reader (struct lg_dev *d, bool volume)
+{
+  struct idev *x = to_idev (d);
+
+  lg_reserve_note (x->pool, x->lun, volume);
+}
+
 static int
 idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 {
@@ -1176,6 +1184,7 @@ static const struct lg_dev_ops idev_ops = {
   .watch_login = idev_watch_login,
   .compare_write = idev_compare_write,
   .claim = idev_claim,
+  .note_reader = idev_note_reader,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim,
