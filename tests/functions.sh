@@ -183,6 +183,23 @@ _lg_run_exit ()
   exit "$rc"
 }
 
+# mount_points DIR...: makes the directories, and unmounts (lazily) what
+# is still mounted on them when the test exits.
+mount_points ()
+{
+  mkdir -p "$@" || fail "cannot make $*"
+  on_exit _lg_unmount "$@"
+}
+
+_lg_unmount ()
+{
+  local d
+  for d in "$@"; do
+    fusermount3 -u -z "$d" 2>/dev/null || true
+  done
+  sleep 0.5
+}
+
 # scratch_dir: print the test's private temporary directory (made when
 # this file is sourced, removed on exit).  It is TGT_DIR once tgtd is
 # started.

@@ -68,8 +68,7 @@ cmp -n 65536 "$d/want" "$(tgt_lun_file 1 3)" \
 
 # The mount, the same keys.
 [ -c /dev/fuse ] || skip "no /dev/fuse"
-mnt=$d/mnt; mkdir -p "$mnt"
-on_exit fusermount3 -u -z "$mnt"
+mnt=$d/mnt; mount_points "$mnt"
 "$LUNGATE" mount --key-file "lun1=$d/key-a" --key-dir "$d/keys" "$url" "$mnt" \
   2>"$d/mount.err" || { cat "$d/mount.err"; fail "mount with keys per LUN"; }
 grep -q "not mounting LUN 4.*give its key" "$d/mount.err" \

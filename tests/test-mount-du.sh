@@ -24,13 +24,7 @@ url="iscsi://$TGT_PORTAL/$t"
 key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --key-file "$key" "$url/3" >/dev/null 2>&1 || fail "format"
 mnt="$TGT_DIR/mnt"
-mkdir -p "$mnt"
-umount_all ()
-{
-  fusermount3 -u -z "$mnt" 2>/dev/null || true
-  sleep 0.5
-}
-on_exit umount_all
+mount_points "$mnt"
 with_timeout 60 "$LUNGATE" mount --key-file "$key" "$url" "$mnt" || fail "mount"
 
 kib () { du -k "$1" | cut -f1; }

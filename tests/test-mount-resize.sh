@@ -13,10 +13,8 @@ t=iqn.2026-11.org.lungate:resize
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_allow 1 ALL
-mnt="$TGT_DIR/mnt"; mkdir -p "$mnt"
+mnt="$TGT_DIR/mnt"; mount_points "$mnt"
 log="$TGT_DIR/mount.log"
-cleanup () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
-on_exit cleanup
 "$LUNGATE" mount -f -o direct_io "iscsi://$TGT_PORTAL/$t/1" "$mnt" 2>"$log" &
 for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
 mountpoint -q "$mnt" || { cat "$log"; fail "mount"; }

@@ -21,13 +21,7 @@ tgt_lun_params 1 1 thin_provisioning=1
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t/1"
 mnt="$TGT_DIR/mnt"
-mkdir -p "$mnt"
-umount_all ()
-{
-  fusermount3 -u -z "$mnt" 2>/dev/null || true
-  sleep 0.5
-}
-on_exit umount_all
+mount_points "$mnt"
 # Every other 4 KiB block of the first 2 GiB, written into the backing
 # file before the mount: 262144 extents of data.
 python3 - "$(tgt_lun_file 1 1)" <<'PY' || fail "writing the extents"

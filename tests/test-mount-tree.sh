@@ -23,9 +23,7 @@ tgt_allow 2 ALL
 tgtadm_ --mode target --op new --tid 3 -T ".." || fail "tgtadm: target '..'"
 tgt_add_lun 3 1 8M
 tgt_allow 3 ALL
-mnt="$TGT_DIR/mnt"; mkdir -p "$mnt"
-cleanup () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
-on_exit cleanup
+mnt="$TGT_DIR/mnt"; mount_points "$mnt"
 
 # A portal: DIR/IQN/lunN for every target.
 "$LUNGATE" mount -f "iscsi://$TGT_PORTAL" "$mnt" 2>"$TGT_DIR/mount.log" &

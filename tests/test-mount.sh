@@ -19,14 +19,7 @@ url="iscsi://$TGT_PORTAL/$t"
 key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --key-file "$key" "$url/2" >/dev/null 2>&1 || fail "format"
 mnt="$TGT_DIR/mnt"; fsm="$TGT_DIR/fs"
-mkdir -p "$mnt" "$fsm"
-umount_all ()
-{
-  fusermount3 -u -z "$fsm" 2>/dev/null || true
-  fusermount3 -u -z "$mnt" 2>/dev/null || true
-  sleep 0.5
-}
-on_exit umount_all
+mount_points "$mnt" "$fsm"
 
 # fuse2fs in the foreground, so that unmounting can wait for it to let
 # go of the LUN file.
