@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "iscsi/relay.h"
+#include "iscsi/sense.h"
 
 #define BUF_CAP (1u << 20) /* each way: a PDU held whole must fit */
 #define TASKS 8192         /* a power of 2 */
@@ -35,6 +36,10 @@ struct task {
   uint32_t itt;
   uint8_t kind;
   bool r, w;
+  uint8_t op; /* SCSI: the CDB's operation code */
+  uint16_t lun;
+  uint32_t blocks; /* a READ or WRITE: from lba, this many */
+  uint64_t lba;
   uint32_t edtl, got; /* expected data transfer length, Data-In so far */
   uint32_t rtt;       /* ABORT TASK: the task it aborts */
 };
@@ -64,6 +69,7 @@ struct lg_relay {
   bool broke;
   bool eof, shut; /* the target's side ended; libiscsi's told so */
   char err[256];
+  char tname[128]; /* task_name's */
 };
 
 static uint32_t
@@ -71,6 +77,12 @@ be32 (const unsigned char *p)
 {
   return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
       | p[3];
+}
+
+static uint64_t
+be64 (const unsigned char *p)
+{
+  return (uint64_t) be32 (p) << 32 | be32 (p + 4);
 }
 
 static uint32_t
@@ -193,6 +205,49 @@ key_number (const unsigned char *d, size_t n, const char *key, uint32_t *v)
 
 /* ---- what libiscsi sends ---- */
 
+/* What a SCSI Command is about, for the messages: its LUN (single level,
+ * peripheral or flat addressing, as libiscsi encodes it) and, for the
+ * reads and writes of 10 and 16 bytes, its blocks. */
+static void
+note_cdb (struct task *t, const unsigned char *h)
+{
+  const unsigned char *cdb = h + 32;
+
+  t->lun = (uint16_t) ((h[8] & 0x3f) << 8 | h[9]);
+  t->op = cdb[0];
+  switch (cdb[0]) {
+  case 0x28: /* READ(10) */
+  case 0x2a: /* WRITE(10) */
+    t->lba = be32 (cdb + 2);
+    t->blocks = (uint32_t) cdb[7] << 8 | cdb[8];
+    break;
+  case 0x88: /* READ(16) */
+  case 0x8a: /* WRITE(16) */
+  case 0x89: /* COMPARE AND WRITE */
+    t->lba = be64 (cdb + 2);
+    t->blocks = cdb[0] == 0x89 ? cdb[13] : be32 (cdb + 10);
+    break;
+  default:
+    break;
+  }
+}
+
+/* "task 0x... (a read of LUN 1, blocks 2048-2055)" or "task 0x...
+ * (INQUIRY to LUN 0)", in r->tname. */
+static const char *
+task_name (struct lg_relay *r, const struct task *t)
+{
+  if (t->blocks)
+    snprintf (r->tname, sizeof r->tname,
+              "task 0x%08x (a %s of LUN %u, blocks %" PRIu64 "-%" PRIu64 ")",
+              t->itt, t->w ? "write" : "read", t->lun, t->lba,
+              t->lba + t->blocks - 1);
+  else
+    snprintf (r->tname, sizeof r->tname, "task 0x%08x (%s to LUN %u)", t->itt,
+              lg_scsi_opname (t->op), t->lun);
+  return r->tname;
+}
+
 static void
 note_login (struct lg_relay *r, const unsigned char *d, size_t n)
 {
@@ -215,6 +270,7 @@ note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
       t->r = (h[1] & 0x40) != 0;
       t->w = (h[1] & 0x20) != 0;
       t->edtl = be32 (h + 20);
+      note_cdb (t, h);
     }
     break;
   case 0x00: /* NOP-Out */
@@ -254,15 +310,14 @@ check_coverage (struct lg_relay *r, const struct task *t,
     return 0;
   if (under && resid != missing)
     return fail (r, true,
-                 "a read (task 0x%08x) got %" PRIu32 " of %" PRIu32
+                 "%s got %" PRIu32 " of %" PRIu32
                  " bytes but the target declared a residual of %" PRIu32,
-                 t->itt, t->got, t->edtl, resid);
+                 task_name (r, t), t->got, t->edtl, resid);
   if (!under && missing)
     return fail (r, true,
                  "the target sent %" PRIu32 " of the %" PRIu32
-                 " bytes of a read (task 0x%08x) and said GOOD without an "
-                 "underflow",
-                 t->got, t->edtl, t->itt);
+                 " bytes of %s and said GOOD without an underflow",
+                 t->got, t->edtl, task_name (r, t));
   return 0;
 }
 
@@ -279,17 +334,18 @@ check_datain (struct lg_relay *r, const unsigned char *h, uint32_t dsl)
   if (off != t->got)
     return fail (r, true,
                  "a Data-In at offset %" PRIu32 " where %" PRIu32
-                 " was next (task 0x%08x: a gap or an overlap)",
-                 off, t->got, itt);
+                 " was next (%s: a gap or an overlap)",
+                 off, t->got, task_name (r, t));
   if ((uint64_t) off + dsl > t->edtl)
     return fail (r, true,
                  "a Data-In of %" PRIu32 " bytes at %" PRIu32
-                 " beyond the %" PRIu32 " the command asked for",
-                 dsl, off, t->edtl);
+                 " beyond the %" PRIu32 " the command asked for (%s)",
+                 dsl, off, t->edtl, task_name (r, t));
   t->got += dsl;
   if (h[1] & 0x01) {
     if (!(h[1] & 0x80))
-      return fail (r, true, "a status in a Data-In without the final bit");
+      return fail (r, true, "a status in a Data-In without the final bit (%s)",
+                   task_name (r, t));
     rc = check_coverage (r, t, h, true);
     drop (r, t);
   }
@@ -306,23 +362,24 @@ check_sense (struct lg_relay *r, const struct task *t, const unsigned char *d,
   unsigned code, key;
 
   if (dsl < 2)
-    return fail (r, true, "a CHECK CONDITION without sense data");
+    return fail (r, true, "a CHECK CONDITION without sense data (%s)",
+                 task_name (r, t));
   sl = (uint32_t) d[0] << 8 | d[1];
   if (sl + 2 > dsl)
     return fail (r, true,
                  "a SenseLength of %" PRIu32 " in a segment of %" PRIu32
-                 " bytes",
-                 sl, dsl);
+                 " bytes (%s)",
+                 sl, dsl, task_name (r, t));
   code = sl ? d[2] & 0x7f : 0;
   if (sl < 4 || ((code == 0x70 || code == 0x71) && sl < 14))
-    return fail (r, true, "sense data of %" PRIu32 " bytes (code 0x%02x)", sl,
-                 code);
+    return fail (r, true, "sense data of %" PRIu32 " bytes (code 0x%02x, %s)",
+                 sl, code, task_name (r, t));
   key = (code == 0x72 || code == 0x73) ? d[3] & 0x0f : d[4] & 0x0f;
   if (key == 0x01 && t->r && t->got < t->edtl)
     return fail (r, true,
                  "RECOVERED ERROR on a read that got %" PRIu32 " of %" PRIu32
-                 " bytes",
-                 t->got, t->edtl);
+                 " bytes (%s)",
+                 t->got, t->edtl, task_name (r, t));
   return 0;
 }
 
@@ -354,9 +411,9 @@ check_r2t (struct lg_relay *r, const unsigned char *h)
                  itt);
   if (len == 0 || (uint64_t) off + len > t->edtl || len > r->max_burst)
     return fail (r, true,
-                 "an R2T for %" PRIu32 " bytes at %" PRIu32
-                 " (the write has %" PRIu32 ", MaxBurstLength %" PRIu32 ")",
-                 len, off, t->edtl, r->max_burst);
+                 "an R2T for %" PRIu32 " bytes at %" PRIu32 " (%s has %" PRIu32
+                 ", MaxBurstLength %" PRIu32 ")",
+                 len, off, task_name (r, t), t->edtl, r->max_burst);
   return 0;
 }
 
