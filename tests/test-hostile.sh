@@ -65,10 +65,18 @@ copy_fails ()
   local rc=0 limit=30
   [ -z "$(_nbd_preload)" ] || limit=15
   hostile --mode "$1" --repeat always
+  rm -f "$d/out"
   with_timeout "$limit" "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" \
     "${params[@]}" --run "nbdcopy \"\$uri\" '$d/out'" \
     >"$d/cf.out" 2>"$d/cf.err" </dev/null || rc=$?
-  [ "$rc" -ne 0 ] || { cat "$d/cf.err"; fail "mode $1: nbdcopy succeeded"; }
+  if [ "$rc" -eq 0 ]; then
+    [ -n "${COPY_MAY_PASS:-}" ] || { cat "$d/cf.err"; fail "mode $1: nbdcopy succeeded"; }
+    # Through between the breaches: then it read what the LUN holds.
+    if [ ! -s "$d/out" ] \
+       || ! cmp -s "$d/out" <(head -c "$(stat -c %s "$d/out")" /dev/zero); then
+      fail "mode $1: nbdcopy succeeded with other data than the LUN's zeros"
+    fi
+  fi
   if grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$d/cf.err"; then
     cat "$d/cf.err"; fail "mode $1: sanitizer report"
   fi
@@ -121,7 +129,11 @@ copy_fails underflow "less than the read asked for \\(underflow\\)"
 copy_fails recovered-no-data "broke the protocol: RECOVERED ERROR on a read"
 copy_fails odd-sense "broke the protocol: a SenseLength of .*\\(task 0x[0-9a-f]+ \\(a read of LUN [0-9]+, blocks [0-9]+-[0-9]+\\)\\)"
 copy_fails huge-dsl "broke the protocol: a DataSegmentLength of"
-copy_fails nop-flood "broke the protocol: a flood of NOP-Ins"
+# Each session is flooded after its login and the gateway logs in again
+# at once: on a loaded machine enough commands get through between the
+# floods for the copy to finish (seen with four tests at once), which
+# is no fault as long as what it read is right.
+COPY_MAY_PASS=1 copy_fails nop-flood "broke the protocol: a flood of NOP-Ins"
 copy_fails closed-window "kept its command window closed"
 copy_fails no-answer "no answer within the outage budget"
 copy_fails close-after-login "unreachable for 2 s \\(the outage budget\\)"
