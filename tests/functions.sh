@@ -184,7 +184,8 @@ _lg_run_exit ()
 }
 
 # mount_points DIR...: makes the directories, and unmounts (lazily) what
-# is still mounted on them when the test exits.
+# is still mounted on them when the test exits, the last named first (a
+# file system on a file of an earlier one comes off before it).
 mount_points ()
 {
   mkdir -p "$@" || fail "cannot make $*"
@@ -193,9 +194,9 @@ mount_points ()
 
 _lg_unmount ()
 {
-  local d
-  for d in "$@"; do
-    fusermount3 -u -z "$d" 2>/dev/null || true
+  local i dirs=("$@")
+  for ((i = ${#dirs[@]} - 1; i >= 0; i--)); do
+    fusermount3 -u -z "${dirs[i]}" 2>/dev/null || true
   done
   sleep 0.5
 }

@@ -205,9 +205,10 @@ key_number (const unsigned char *d, size_t n, const char *key, uint32_t *v)
 
 /* ---- what libiscsi sends ---- */
 
-/* What a SCSI Command is about, for the messages: its LUN (single level,
- * peripheral or flat addressing, as libiscsi encodes it) and, for the
- * reads and writes of 10 and 16 bytes, its blocks. */
+/* What a SCSI Command is about, for the messages: its LUN (libiscsi puts
+ * the number in bytes 8-9, which reads the same as flat addressing up to
+ * LUN 16383) and, for the reads and writes of 10 and 16 bytes, its
+ * blocks. */
 static void
 note_cdb (struct task *t, const unsigned char *h)
 {

@@ -16,7 +16,12 @@
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
-/* An outbound PDU of kind k with task tag itt (bytes 16-19 of h). */
+/* The CDBs whose blocks the relay's messages name, and one it does not
+ * know. */
+static const uint8_t ops[] = { 0x28, 0x2a, 0x88, 0x8a, 0x89, 0x12 };
+
+/* An outbound PDU of kind k with task tag itt (bytes 16-19 of h); a READ
+ * or WRITE takes its LUN (bytes 8-9) and CDB (32-47) from h too. */
 static void
 note (struct lg_relay *r, const uint8_t *h, uint8_t k)
 {
@@ -24,6 +29,11 @@ note (struct lg_relay *r, const uint8_t *h, uint8_t k)
 
   memset (out, 0, sizeof out);
   memcpy (out + 16, h + 16, 4);
+  if (k % 5 < 2) {
+    memcpy (out + 8, h + 8, 2);
+    memcpy (out + 32, h + 32, 16);
+    out[32] = ops[(k / 5) % sizeof ops];
+  }
   switch (k % 5) {
   case 0: /* a READ of up to 64 KiB */
     out[0] = 0x01;
