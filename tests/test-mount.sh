@@ -56,7 +56,8 @@ for lun in lun1 lun2; do
   # fuse2fs (e2fsprogs 1.47) cannot write a journal: no journal.
   mkfs.ext4 -q -F -O ^has_journal "$mnt/$lun" || fail "mkfs.ext4 on $lun"
   fs_mount "$mnt/$lun"
-  cp -a "$src/." "$fsm/" || fail "copy into $lun"
+  cp -a "$src/." "$fsm/" \
+    || { cat "$TGT_DIR/fuse2fs.log"; grep . "$mnt/.stats"; fail "copy into $lun"; }
   sync
   fs_umount
 done
