@@ -117,9 +117,59 @@ or_unknown (const char *s)
   return s ? s : "unknown";
 }
 
+/* Codes a target sends on the paths lungate uses that libiscsi 1.19 has
+ * no name for (SPC-4 annex D); libiscsi's names for the rest. */
+static const struct {
+  int ascq;
+  const char *name;
+} ascq_names[] = {
+  { 0x0400, "logical unit not ready, cause not reportable" },
+  { 0x0401, "logical unit is in process of becoming ready" },
+  { 0x0402, "logical unit not ready, initializing command required" },
+  { 0x0403, "logical unit not ready, manual intervention required" },
+  { 0x0404, "logical unit not ready, format in progress" },
+  { 0x040a,
+    "logical unit not accessible, asymmetric access state "
+    "transition" },
+  { 0x040b, "logical unit not accessible, target port in standby state" },
+  { 0x040c,
+    "logical unit not accessible, target port in unavailable "
+    "state" },
+  { 0x0800, "logical unit communication failure" },
+  { 0x0801, "logical unit communication time-out" },
+  { 0x0c00, "write error" },
+  { 0x0c02, "write error - auto reallocation failed" },
+  { 0x0c03, "write error - recommend reassignment" },
+  { 0x1100, "unrecovered read error" },
+  { 0x1101, "read retries exhausted" },
+  { 0x1104, "unrecovered read error - auto reallocate failed" },
+  { 0x1d00, "miscompare during verify operation" },
+  { 0x2707, "space allocation failed write protect" },
+  { 0x2900, "power on, reset, or bus device reset occurred" },
+  { 0x2901, "power on occurred" },
+  { 0x2902, "SCSI bus reset occurred" },
+  { 0x2903, "bus device reset function occurred" },
+  { 0x2904, "device internal reset" },
+  { 0x2907, "I_T nexus loss occurred" },
+  { 0x2a01, "mode parameters changed" },
+  { 0x2a03, "reservations preempted" },
+  { 0x2a04, "reservations released" },
+  { 0x2a05, "registrations preempted" },
+  { 0x2a09, "capacity data has changed" },
+  { 0x3806, "thin provisioning soft threshold reached" },
+  { 0x3f03, "inquiry data has changed" },
+  { 0x3f0e, "reported LUNs data has changed" },
+  { 0x4400, "internal target failure" },
+  { 0x4b00, "data phase error" },
+  { 0x5d00, "failure prediction threshold exceeded" },
+};
+
 const char *
 lg_ascq_name (int ascq)
 {
+  for (size_t i = 0; i < sizeof ascq_names / sizeof ascq_names[0]; i++)
+    if (ascq_names[i].ascq == ascq)
+      return ascq_names[i].name;
   return or_unknown (scsi_sense_ascq_str (ascq));
 }
 
@@ -136,8 +186,7 @@ lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
   if (cmd->status == SCSI_STATUS_CHECK_CONDITION)
     snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)",
               or_unknown (scsi_sense_key_str (cmd->sense.key)), cmd->sense.key,
-              or_unknown (scsi_sense_ascq_str (cmd->sense.ascq)),
-              cmd->sense.ascq);
+              lg_ascq_name (cmd->sense.ascq), cmd->sense.ascq);
   else if (cmd->msg[0] && strcmp (cmd->msg, status_name (cmd->status)) != 0)
     snprintf (msg, len, "%s: %s", status_name (cmd->status), cmd->msg);
   else

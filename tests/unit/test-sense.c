@@ -100,3 +100,24 @@ Test (sense, message_names_sense)
   cr_assert_eq (lg_cmd_errno (&cmd, msg, sizeof msg), EIO);
   cr_assert_not_null (strstr (msg, "socket gone"), "%s", msg);
 }
+
+/* The codes LIO sends on the reservation and LUN-change paths, and the
+ * MEDIUM ERROR and space allocation family, have names (libiscsi 1.19
+ * printed "unknown" for 08/00, 3F/0E, 2A/04, 2A/05). */
+Test (sense, names_the_codes_targets_send)
+{
+  static const int codes[]
+      = { 0x0800, 0x3f0e, 0x2a03, 0x2a04, 0x2a05, 0x2903, 0x2907,
+          0x1100, 0x0c00, 0x2707, 0x3806, 0x0402, 0x040a, 0x4400 };
+  struct lg_cmd cmd;
+  char msg[256];
+
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    cr_assert_str_neq (lg_ascq_name (codes[i]), "unknown", "0x%04x", codes[i]);
+  memset (&cmd, 0, sizeof cmd);
+  cmd.status = SCSI_STATUS_CHECK_CONDITION;
+  cmd.sense.key = SCSI_SENSE_NOT_READY;
+  cmd.sense.ascq = 0x0800;
+  lg_cmd_errno (&cmd, msg, sizeof msg);
+  cr_assert_not_null (strstr (msg, "communication failure"), "%s", msg);
+}
