@@ -36,6 +36,7 @@ static const char usage[]
 /* The commands lungate uses, and whether the LUN says it has them: fills
  * names (room for LG_MAX_SUPPORTS) and returns how many. */
 #define LG_MAX_SUPPORTS 6
+static char lbas_refused[200];
 static size_t
 supports (const struct lg_lun_info *li, const char *names[LG_MAX_SUPPORTS])
 {
@@ -48,9 +49,26 @@ supports (const struct lg_lun_info *li, const char *names[LG_MAX_SUPPORTS])
     names[n++] = "unmap";
   if (li->lbpws)
     names[n++] = "write-same16-unmap";
-  if (li->lbpme)
+  if (li->lbpme && lbas_refused[0] == '\0')
     names[n++] = "get-lba-status";
   return n;
+}
+
+/* GET LBA STATUS is tried, not only inferred from LBPME (LIO 6.1 sets
+ * LBPME and refuses the command): lbas_refused says why, or is empty. */
+static void
+try_lba_status (struct lg_pool *p, int lun, const struct lg_lun_info *li)
+{
+  struct scsi_task *task;
+
+  lbas_refused[0] = '\0';
+  if (!li->lbpme || (task = scsi_cdb_get_lba_status (0, 24)) == NULL)
+    return;
+  if (lg_pool_task (p, lun, task, lbas_refused, sizeof lbas_refused) == 0)
+    lbas_refused[0] = '\0';
+  else if (lbas_refused[0] == '\0')
+    snprintf (lbas_refused, sizeof lbas_refused, "refused");
+  scsi_free_scsi_task (task);
 }
 
 static const char *
@@ -107,6 +125,10 @@ print_text (const char *url, const struct lg_lun_info *li)
   for (size_t i = 0; i < n; i++)
     printf (" %s", sup[i]);
   printf ("\n");
+  if (lbas_refused[0])
+    printf ("refused: get-lba-status (advertised by LBPME: %s; maps show "
+            "no holes)\n",
+            lbas_refused);
 }
 
 static void
@@ -155,7 +177,12 @@ print_json (const char *url, const struct lg_lun_info *li)
     printf ("%s", i ? ", " : "");
     lg_json_string (stdout, sup[i]);
   }
-  printf ("]");
+  printf ("], \"refused\": {");
+  if (lbas_refused[0]) {
+    printf ("\"get-lba-status\": ");
+    lg_json_string (stdout, lbas_refused);
+  }
+  printf ("}");
   /* The caller adds the volume fields and closes the object. */
 }
 
@@ -387,6 +414,8 @@ lg_cmd_info (int argc, char **argv)
     lg_error ("%s", err);
     goto out;
   }
+  if (li.is_disk && !li.no_medium)
+    try_lba_status (p, u.lun, &li);
   if (json)
     print_json (url, &li);
   else
