@@ -19,6 +19,7 @@ LG_DEB_PACKAGES=(
   clang cppcheck shellcheck
   debhelper dpkg-dev lintian
   iproute2 procps gdb
+  linux-image-amd64 qemu-system-x86 busybox-static cpio
 )
 
 # lg_missing_packages PKG...: print those not installed, one a line.
