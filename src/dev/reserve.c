@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "dev/dev.h"
@@ -33,6 +34,10 @@ struct lg_reserve {
   /* A login's check could not finish: that session may not be
    * registered.  The next write registers every session first. */
   atomic_bool unsure;
+  /* A write met RESERVATION CONFLICT, or a unit attention said the LUN
+   * was taken: the next write asks the target whether it still is ours
+   * (lost then, or the writing sessions probed again). */
+  atomic_bool doubt;
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -66,6 +71,7 @@ lg_reserve_new (struct lg_pool *p, int lun, const char *name)
   atomic_init (&r->mode, MODE_NONE);
   atomic_init (&r->lost, false);
   atomic_init (&r->unsure, false);
+  atomic_init (&r->doubt, false);
   pthread_mutex_init (&r->lock, NULL);
   pthread_mutex_init (&r->redo, NULL);
   return r;
@@ -103,7 +109,7 @@ register_all (struct lg_reserve *r, char *msg, size_t len)
 
     if (lg_pr_register (&io, r->lun, r->key, msg, len) == 0)
       done++;
-    else if (errno == EPERM)
+    else if (errno == EPERM || errno == ENOTSUP)
       return -1;
     else
       lg_debug ("%s: session %u registers after its next login: %s", r->name, i,
@@ -126,6 +132,87 @@ unregister_all (struct lg_reserve *r)
   }
 }
 
+/* Which sessions may write under the reservation.  tgt and istgt let
+ * every registered nexus write; LIO only the nexus that reserved, and
+ * takes the other sessions of its initiator name for unregistered
+ * whatever they registered.  The holder's session is found by its ISID
+ * in READ FULL STATUS; every other session sends a RELEASE, a no-op from
+ * a registered nexus that does not hold the reservation, and a
+ * RESERVATION CONFLICT where the target takes it for unregistered.  When
+ * some did, the pool sends this LUN's writes (and PR OUT) to the holder
+ * and the sessions that passed (lg_pool_set_writers), reads to all.
+ * Nothing is written to the LUN. */
+static void
+probe_writers (struct lg_reserve *r)
+{
+  unsigned n = lg_pool_size (r->p), refused = 0, ok = 0;
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  uint64_t mask = 0;
+  uint8_t isid[6], mine[6];
+  char name[256], msg[256];
+  int h = -1;
+
+  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, msg, sizeof msg)
+      < 0) {
+    lg_debug ("%s: which session holds the reservation: %s", r->name, msg);
+    lg_pool_set_writers (r->p, r->lun, 0);
+    return;
+  }
+  for (unsigned i = 0; i < n && h < 0; i++) {
+    lg_session_isid (lg_pool_session (r->p, i), mine);
+    if (memcmp (mine, isid, sizeof mine) == 0)
+      h = (int) i;
+  }
+  if (h < 0) {
+    lg_debug ("%s: the holder's nexus (%s) is none of the pool's", r->name,
+              name);
+    lg_pool_set_writers (r->p, r->lun, 0);
+    return;
+  }
+  mask = 1ull << h;
+  for (unsigned i = 0; i < n; i++) {
+    struct lg_lun_io si
+        = { session_task, lg_pool_session (r->p, i), lg_pool_target (r->p) };
+
+    if ((int) i == h)
+      continue;
+    if (lg_pr_release (&si, r->lun, r->key, msg, sizeof msg) == 0) {
+      mask |= 1ull << i;
+      ok++;
+    }
+    else if (errno == EPERM)
+      refused++;
+    else
+      lg_debug ("%s: session %u: %s", r->name, i, msg);
+  }
+  if (refused == 0) {
+    lg_pool_set_writers (r->p, r->lun, 0);
+    return;
+  }
+  if (lg_pool_set_writers (r->p, r->lun, mask) < 0) {
+    lg_warn ("%s: too many LUNs limited to some sessions", r->name);
+    return;
+  }
+  lg_warn ("%s: the target lets %u of the %u sessions write under the "
+           "reservation (LIO lets only the nexus that reserved): writes go "
+           "to %s, reads to all",
+           r->name, ok + 1, n, ok == 0 ? "that one" : "those");
+}
+
+/* Whether the target says this process holds the LUN. */
+static bool
+still_held (struct lg_reserve *r)
+{
+  struct lg_pr_state st;
+  char err[256];
+
+  if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0) {
+    lg_warn ("%s", err);
+    return false;
+  }
+  return st.reserved && st.holder == r->key;
+}
+
 static int
 in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
         size_t errlen)
@@ -142,6 +229,52 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
   return -1;
 }
 
+static int reserve (struct lg_reserve *r, char *err, size_t errlen);
+
+/* LIO refuses PREEMPT from every session of the holder's initiator name
+ * but the holder's own nexus (it takes them for unregistered).  When the
+ * holder has this process's initiator name (a gateway of this host that
+ * died), a session logs in with the holder's ISID, which reinstates its
+ * nexus (the target aborts what the dead session still had), and CLEARs
+ * the reservation as the holder; then the LUN is reserved as usual.
+ * 0 when cleared so, -1 when this does not apply or failed. */
+static int
+clear_as_holder (struct lg_reserve *r, const struct lg_pr_state *st, char *msg,
+                 size_t len)
+{
+  struct lg_session *s0 = lg_pool_session (r->p, 0), *s;
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  struct lg_login l = *lg_session_login (s0);
+  char name[256], why[256];
+  uint8_t isid[6];
+  int ret;
+
+  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why, sizeof why)
+          < 0
+      || strcasecmp (name, l.initiator_name) != 0 || isid[0] != 0x80)
+    return -1;
+  l.isid_set = true;
+  l.isid_rnd = (uint32_t) isid[1] << 16 | (uint32_t) isid[2] << 8 | isid[3];
+  l.isid_qual = (uint32_t) isid[4] << 8 | isid[5];
+  s = lg_session_open (&l, lg_pool_portal (r->p), lg_pool_target (r->p), NULL,
+                       why, sizeof why);
+  if (s == NULL) {
+    snprintf (msg, len, "logging in as the holder's nexus: %s", why);
+    return -1;
+  }
+  io = (struct lg_lun_io){ session_task, s, lg_pool_target (r->p) };
+  ret = lg_pr_clear (&io, r->lun, st->holder, why, sizeof why);
+  lg_session_close (s);
+  if (ret < 0) {
+    snprintf (msg, len, "clearing it as the holder's nexus: %s", why);
+    return -1;
+  }
+  lg_debug ("%s: cleared the reservation as the holder's own nexus "
+            "(ISID 0x%02x%02x%02x%02x%02x%02x)",
+            r->name, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5]);
+  return 0;
+}
+
 /* Takes the reservation from st->holder: registered first, then PREEMPT,
  * which removes every registration of the holder's key. */
 static int
@@ -156,7 +289,17 @@ take_over (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
       || lg_pr_preempt (&io, r->lun, r->key, st->holder, msg, sizeof msg) < 0) {
     int e = errno;
 
+    if (e == EPERM && clear_as_holder (r, st, msg, sizeof msg) == 0) {
+      if (reserve (r, err, errlen) < 0)
+        return -1;
+      lg_warn ("%s: took it over from %s (reservation key 0x%016" PRIx64
+               "), as its own nexus",
+               r->name, who, st->holder);
+      return 1;
+    }
+
     snprintf (err, errlen, "%s: taking it over from %s: %s", r->name, who, msg);
+    unregister_all (r);
     errno = e == EPERM ? EBUSY : e;
     return -1;
   }
@@ -182,8 +325,9 @@ reserve (struct lg_reserve *r, char *err, size_t errlen)
     return in_use (r, &st, err, errlen);
   }
   snprintf (err, errlen, "%s: reserving it: %s", r->name, msg);
-  errno = EIO;
-  unregister_all (r);
+  errno = errno == ENOTSUP ? ENOTSUP : EIO;
+  if (errno != ENOTSUP)
+    unregister_all (r);
   return -1;
 }
 
@@ -227,6 +371,20 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
   return w < 0 ? -1 : in_use (r, st, err, errlen);
 }
 
+/* The target reports persistent reservations but refuses to change them:
+ * handled as a target without them, saying why. */
+static int
+unusable (struct lg_reserve *r, bool *no_pr, const char *why)
+{
+  lg_warn ("%s: the target refuses persistent reservations (%s): nothing "
+           "on the target keeps a second writer out",
+           r->name, why);
+  unregister_all (r);
+  atomic_store (&r->mode, MODE_NO_PR);
+  *no_pr = true;
+  return 0;
+}
+
 int
 lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
                   size_t errlen)
@@ -261,8 +419,11 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
   atomic_store (&r->mode, MODE_CLAIMING);
   if ((ret = claim_held (r, &st, flags, err, errlen)) < 0) {
     atomic_store (&r->mode, MODE_NONE);
+    if (errno == ENOTSUP)
+      return unusable (r, no_pr, err);
     return -1;
   }
+  probe_writers (r);
   atomic_store (&r->mode, MODE_HELD);
   lg_debug ("%s: reserved (key 0x%016" PRIx64 ")", r->name, r->key);
   return ret;
@@ -289,25 +450,42 @@ lg_reserve_conflict (struct lg_reserve *r)
   int m = atomic_load (&r->mode);
 
   if (m == MODE_HELD || m == MODE_CLAIMING)
-    set_lost (r,
-              "a write met RESERVATION CONFLICT, or a unit attention "
-              "said it was taken");
+    atomic_store (&r->doubt, true);
 }
 
 void
 lg_reserve_taken (struct lg_reserve *r)
 {
-  int m = atomic_load (&r->mode);
+  lg_reserve_conflict (r);
+}
 
-  if (m == MODE_HELD || m == MODE_CLAIMING)
-    set_lost (r,
-              "a unit attention said another initiator preempted or "
-              "released it");
+/* After a conflict or a unit attention about the reservation: lost when
+ * the target says someone else holds it now; otherwise the conflict was
+ * a session that may not write (probed again) or the attention was meant
+ * for another nexus of this initiator name. */
+static void
+settle_doubt (struct lg_reserve *r)
+{
+  pthread_mutex_lock (&r->redo);
+  if (atomic_exchange (&r->doubt, false) && !atomic_load (&r->lost)) {
+    if (!still_held (r))
+      set_lost (r,
+                "a write met RESERVATION CONFLICT, or a unit attention "
+                "said it was taken, and the target says it is not ours");
+    else {
+      lg_debug ("%s: still holding the reservation after a conflict or a "
+                "unit attention: probing which sessions may write",
+                r->name);
+      probe_writers (r);
+    }
+  }
+  pthread_mutex_unlock (&r->redo);
 }
 
 /* The target forgot every reservation (restarted): reserve again. */
 static int
-reserve_again (struct lg_reserve *r, const struct lg_lun_io *io)
+reserve_again (struct lg_reserve *r, struct lg_session *s,
+               const struct lg_lun_io *io)
 {
   char msg[256];
   struct lg_pr_state st;
@@ -337,6 +515,9 @@ reserve_again (struct lg_reserve *r, const struct lg_lun_io *io)
   lg_warn ("%s: the target had forgotten the reservation (restarted?): "
            "reserved it again",
            r->name);
+  /* Where only the reserving nexus may write, that is this one now. */
+  if (lg_pool_writers (r->p, r->lun) != 0)
+    lg_pool_set_writers (r->p, r->lun, 1ull << lg_pool_index (r->p, s));
   return 0;
 }
 
@@ -420,7 +601,7 @@ after_login (struct lg_reserve *r, struct lg_session *s)
     return 0;
   }
   if (!st.reserved && m == MODE_HELD)
-    return reserve_again (r, &io);
+    return reserve_again (r, s, &io);
   if (!st.reserved || st.holder == r->key) {
     if (lg_pr_register (&io, r->lun, r->key, msg, sizeof msg) < 0) {
       lg_warn ("%s: registering again after the login: %s", r->name, msg);
@@ -443,6 +624,8 @@ lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len)
 
   if (atomic_load (&r->unsure))
     redo (r);
+  if (atomic_load (&r->doubt))
+    settle_doubt (r);
   if (!atomic_load (&r->lost))
     return false;
   pthread_mutex_lock (&r->lock);
@@ -473,6 +656,7 @@ lg_reserve_free (struct lg_reserve *r)
   if (atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost)
       && lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) < 0)
     lg_warn ("%s: releasing the reservation: %s", r->name, msg);
+  lg_pool_set_writers (r->p, r->lun, 0);
   pthread_mutex_destroy (&r->lock);
   pthread_mutex_destroy (&r->redo);
   free (r);

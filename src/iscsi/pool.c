@@ -47,6 +47,13 @@ struct lg_pool {
   } taken[64];
   size_t ntaken;
   atomic_uint pr_events;
+  /* lg_pool_set_writers: nlimits entries, read without the lock. */
+  pthread_mutex_t limit_lock;
+  struct {
+    _Atomic int lun;
+    _Atomic uint64_t mask;
+  } limits[LG_POOL_MAX_LIMITS];
+  atomic_uint nlimits;
   char portal[300];
   char target[256];
   struct lg_session *s[];
@@ -208,6 +215,7 @@ lg_pool_open (const struct lg_login *login, const char *portal,
   p->shared.opaque = p;
   pthread_mutex_init (&p->watch_lock, NULL);
   pthread_mutex_init (&p->pin_lock, NULL);
+  pthread_mutex_init (&p->limit_lock, NULL);
   snprintf (p->portal, sizeof p->portal, "%s", portal);
   snprintf (p->target, sizeof p->target, "%s", target);
   for (p->n = 0; p->n < n; p->n++) {
@@ -233,6 +241,7 @@ lg_pool_close (struct lg_pool *p)
   lg_fence_free (p->fence);
   pthread_mutex_destroy (&p->watch_lock);
   pthread_mutex_destroy (&p->pin_lock);
+  pthread_mutex_destroy (&p->limit_lock);
   free (p->watches);
   free (p->pins);
   free (p);
@@ -306,29 +315,119 @@ lg_pool_lun_events (const struct lg_pool *p)
   return sum (p, lg_session_lun_events);
 }
 
+int
+lg_pool_index (const struct lg_pool *p, const struct lg_session *s)
+{
+  for (unsigned i = 0; i < p->n; i++)
+    if (p->s[i] == s)
+      return (int) i;
+  return -1;
+}
+
+bool
+lg_pool_cdb_reads (const uint8_t *cdb)
+{
+  switch (cdb[0]) {
+  case 0x00: /* TEST UNIT READY */
+  case 0x03: /* REQUEST SENSE */
+  case 0x08: /* READ(6) */
+  case 0x12: /* INQUIRY */
+  case 0x1a: /* MODE SENSE(6) */
+  case 0x25: /* READ CAPACITY(10) */
+  case 0x28: /* READ(10) */
+  case 0x2f: /* VERIFY(10) */
+  case 0x5a: /* MODE SENSE(10) */
+  case 0x5e: /* PERSISTENT RESERVE IN */
+  case 0x88: /* READ(16) */
+  case 0x8f: /* VERIFY(16) */
+  case 0x9e: /* READ CAPACITY(16), GET LBA STATUS */
+  case 0xa0: /* REPORT LUNS */
+  case 0xa3: /* MAINTENANCE IN */
+  case 0xa8: /* READ(12) */
+  case 0xaf: /* VERIFY(12) */
+    return true;
+  default:
+    return false;
+  }
+}
+
+uint64_t
+lg_pool_writers (struct lg_pool *p, int lun)
+{
+  unsigned n = atomic_load (&p->nlimits);
+
+  for (unsigned i = 0; i < n && i < LG_POOL_MAX_LIMITS; i++)
+    if (atomic_load (&p->limits[i].lun) == lun)
+      return atomic_load (&p->limits[i].mask);
+  return 0;
+}
+
+/* An entry is never removed, only set to 0 (the reader needs no lock). */
+int
+lg_pool_set_writers (struct lg_pool *p, int lun, uint64_t mask)
+{
+  unsigned n;
+  int ret = 0;
+
+  pthread_mutex_lock (&p->limit_lock);
+  n = atomic_load (&p->nlimits);
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load (&p->limits[i].lun) == lun) {
+      atomic_store (&p->limits[i].mask, mask);
+      goto out;
+    }
+  if (mask == 0)
+    goto out;
+  if (n == LG_POOL_MAX_LIMITS) {
+    ret = -1;
+    goto out;
+  }
+  atomic_store (&p->limits[n].lun, lun);
+  atomic_store (&p->limits[n].mask, mask);
+  atomic_store (&p->nlimits, n + 1);
+out:
+  pthread_mutex_unlock (&p->limit_lock);
+  return ret;
+}
+
 /* The least loaded of the healthiest sessions (lg_session_health): one
  * that is down fails or holds what it gets, and must not take traffic
  * from one that is up; one that is down but within its budget is better
  * than one failing at once.  The loads are read without a lock: a stale
  * value only makes the balance slightly worse, never wrong. */
 static struct lg_session *
-choose (const struct lg_pool *p)
+choose (const struct lg_pool *p, uint64_t only)
 {
-  struct lg_session *best = p->s[0];
-  int best_health = lg_session_health (best);
-  unsigned best_load = lg_session_load (best);
+  struct lg_session *best = NULL;
+  int best_health = -1;
+  unsigned best_load = 0;
 
-  for (unsigned i = 1; i < p->n; i++) {
-    int h = lg_session_health (p->s[i]);
-    unsigned l = lg_session_load (p->s[i]);
+  for (unsigned i = 0; i < p->n; i++) {
+    int h;
+    unsigned l;
 
-    if (h > best_health || (h == best_health && l < best_load)) {
+    if (only && !(only >> i & 1))
+      continue;
+    h = lg_session_health (p->s[i]);
+    l = lg_session_load (p->s[i]);
+    if (best == NULL || h > best_health
+        || (h == best_health && l < best_load)) {
       best = p->s[i];
       best_health = h;
       best_load = l;
     }
   }
-  return best;
+  return best ? best : p->s[0];
+}
+
+/* The sessions cmd may go to: 0 for any. */
+static uint64_t
+allowed (struct lg_pool *p, const struct lg_cmd *cmd)
+{
+  if (atomic_load (&p->nlimits) == 0 || cmd->task == NULL
+      || lg_pool_cdb_reads (cmd->task->cdb))
+    return 0;
+  return lg_pool_writers (p, cmd->lun);
 }
 
 /* A write waits while it overlaps a write of unknown outcome (fence.h). */
@@ -360,7 +459,7 @@ lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd)
     lg_waiter_done (cmd->waiter);
     return;
   }
-  lg_session_submit (choose (p), cmd);
+  lg_session_submit (choose (p, allowed (p, cmd)), cmd);
 }
 
 void

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "iscsi/session.h"
 
@@ -57,6 +58,23 @@ int lg_pool_pin (struct lg_pool *p, int lun, bool on);
  * after the counter read since. */
 unsigned lg_pool_pr_events (const struct lg_pool *p);
 bool lg_pool_pr_taken (struct lg_pool *p, int lun, unsigned since);
+
+/* The sessions that may send lun's writes (bit i: session i), when the
+ * target lets only some of them write under the LUN's reservation (LIO
+ * treats every session of the holder's initiator name but the holder's
+ * own as unregistered): write-class commands for lun (everything but the
+ * reads and inquiries lg_pool_cdb_reads lists) then go only to those.
+ * 0 lifts the limit.  At most LG_POOL_MAX_LIMITS LUNs at once: -1 then. */
+#define LG_POOL_MAX_LIMITS 32
+int lg_pool_set_writers (struct lg_pool *p, int lun, uint64_t mask);
+uint64_t lg_pool_writers (struct lg_pool *p, int lun);
+/* Whether cdb neither changes the medium nor the reservation: READ,
+ * VERIFY, INQUIRY, MODE SENSE, REPORT LUNS, READ CAPACITY, GET LBA
+ * STATUS, PERSISTENT RESERVE IN, TEST UNIT READY, REQUEST SENSE, REPORT
+ * SUPPORTED OPERATION CODES. */
+bool lg_pool_cdb_reads (const uint8_t *cdb);
+/* Which session of p s is, or -1. */
+int lg_pool_index (const struct lg_pool *p, const struct lg_session *s);
 
 /* Session i of the pool, or NULL. */
 struct lg_session *lg_pool_session (const struct lg_pool *p, unsigned i);

@@ -249,12 +249,110 @@ malformed:
 }
 
 static int
+hexval (int c)
+{
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/* An iSCSI TransportID (SPC-4 7.6.4.6): format 00b "NAME", format 01b
+ * "NAME,i,0xISID" (12 hex digits). */
+static int
+parse_iscsi_tid (const uint8_t *t, size_t n, char *name, size_t namelen,
+                 uint8_t isid[6])
+{
+  size_t len, end;
+  const char *sep;
+  char buf[260];
+
+  if (n < 4 || (t[0] & 0x0f) != 5)
+    return -1;
+  len = (size_t) t[2] << 8 | t[3];
+  if (len > n - 4)
+    len = n - 4;
+  for (end = 0; end < len && t[4 + end] != '\0'; end++)
+    ;
+  if (end == 0 || end >= sizeof buf)
+    return -1;
+  memcpy (buf, t + 4, end);
+  buf[end] = '\0';
+  memset (isid, 0, 6);
+  sep = strstr (buf, ",i,0x");
+  if (sep == NULL)
+    sep = strstr (buf, ",I,0X");
+  if ((t[0] >> 6) == 1) {
+    if (sep == NULL || strlen (sep + 5) != 12)
+      return -1;
+    for (int i = 0; i < 6; i++) {
+      int hi = hexval (sep[5 + 2 * i]), lo = hexval (sep[6 + 2 * i]);
+
+      if (hi < 0 || lo < 0)
+        return -1;
+      isid[i] = (uint8_t) (hi << 4 | lo);
+    }
+    end = (size_t) (sep - buf);
+  }
+  if (end >= namelen)
+    return -1;
+  memcpy (name, buf, end);
+  name[end] = '\0';
+  return 0;
+}
+
+int
+lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name, size_t namelen,
+                         uint8_t isid[6])
+{
+  size_t add, off;
+
+  if (n < 8)
+    return -1;
+  add = be32 (d + 4);
+  if (add < n - 8)
+    n = add + 8;
+  for (off = 8; off + 24 <= n;) {
+    size_t tlen = be32 (d + off + 20);
+
+    if (tlen > n - off - 24)
+      return -1;
+    if (d[off + 12] & 0x01) /* R_HOLDER */
+      return parse_iscsi_tid (d + off + 24, tlen, name, namelen, isid);
+    off += 24 + tlen;
+  }
+  return -1;
+}
+
+int
+lg_pr_holder_port (const struct lg_lun_io *io, int lun, char *name,
+                   size_t namelen, uint8_t isid[6], char *msg, size_t len)
+{
+  uint8_t buf[4096];
+  size_t got = 0;
+
+  if (pr_in (io, lun, 0x03 /* READ FULL STATUS */, buf, sizeof buf, &got, msg,
+             len)
+      < 0)
+    return -1;
+  if (lg_pr_parse_holder_port (buf, got, name, namelen, isid) < 0) {
+    snprintf (msg, len, "READ FULL STATUS names no iSCSI port holding it");
+    errno = ENOENT;
+    return -1;
+  }
+  return 0;
+}
+
+static int
 pr_out (const struct lg_lun_io *io, int lun, int sa, int type, uint64_t key,
         uint64_t sa_key, char *msg, size_t len)
 {
   struct scsi_persistent_reserve_out_basic b;
   struct scsi_task *task;
-  int r;
+  int r, saved;
 
   memset (&b, 0, sizeof b);
   b.reservation_key = key;
@@ -267,7 +365,16 @@ pr_out (const struct lg_lun_io *io, int lun, int sa, int type, uint64_t key,
     return -1;
   }
   r = io->task (io->opaque, lun, task, msg, len);
+  /* Refused, not in conflict: the target cannot keep reservations (LIO
+   * without a writable db_root/pr says NOT READY, LOGICAL UNIT
+   * COMMUNICATION FAILURE, after applying the change in memory). */
+  if (r < 0 && errno != EPERM
+      && (task->sense.key == SCSI_SENSE_NOT_READY
+          || task->sense.key == SCSI_SENSE_ILLEGAL_REQUEST))
+    errno = ENOTSUP;
+  saved = errno;
   scsi_free_scsi_task (task);
+  errno = saved;
   return r;
 }
 
@@ -302,6 +409,14 @@ lg_pr_preempt (const struct lg_lun_io *io, int lun, uint64_t key,
 {
   return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_PREEMPT, LG_PR_TYPE, key,
                  victim, msg, len);
+}
+
+int
+lg_pr_release (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+               size_t len)
+{
+  return pr_out (io, lun, SCSI_PERSISTENT_RESERVE_RELEASE, LG_PR_TYPE, key, 0,
+                 msg, len);
 }
 
 int

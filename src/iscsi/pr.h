@@ -75,8 +75,20 @@ void lg_pr_print_json (FILE *f, const struct lg_pr_state *st);
 int lg_pr_read (const struct lg_lun_io *io, int lun, struct lg_pr_state *st,
                 char *msg, size_t len);
 
+/* The initiator port that holds lun's reservation, from READ FULL
+ * STATUS: its iSCSI name, and its ISID when the target gave one (isid
+ * all zero otherwise).  0, or -1 with errno (ENOENT: nobody holds it or
+ * the holder is no iSCSI port) and msg. */
+int lg_pr_holder_port (const struct lg_lun_io *io, int lun, char *name,
+                       size_t namelen, uint8_t isid[6], char *msg, size_t len);
+/* The same from a READ FULL STATUS reply of n bytes (fuzzed, tested). */
+int lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name,
+                             size_t namelen, uint8_t isid[6]);
+
 /* PERSISTENT RESERVE OUT on one nexus (io's session): 0, or -1 with
- * errno (EPERM for RESERVATION CONFLICT) and msg. */
+ * errno (EPERM for RESERVATION CONFLICT; ENOTSUP when refused with NOT
+ * READY or ILLEGAL REQUEST: the target cannot keep reservations) and
+ * msg. */
 int lg_pr_register (const struct lg_lun_io *io, int lun, uint64_t key,
                     char *msg, size_t len);
 int lg_pr_unregister (const struct lg_lun_io *io, int lun, uint64_t key,
@@ -85,6 +97,12 @@ int lg_pr_reserve (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
                    size_t len);
 int lg_pr_preempt (const struct lg_lun_io *io, int lun, uint64_t key,
                    uint64_t victim, char *msg, size_t len);
+/* RELEASE: from a registered nexus that does not hold the reservation
+ * the standard makes it a no-op (GOOD); LIO answers RESERVATION CONFLICT
+ * from a session of the holder's initiator name that is not the holder's
+ * own nexus. */
+int lg_pr_release (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
+                   size_t len);
 int lg_pr_clear (const struct lg_lun_io *io, int lun, uint64_t key, char *msg,
                  size_t len);
 

@@ -513,8 +513,10 @@ lg_session_open (const struct lg_login *login, const char *portal,
                                                   : LG_DEFAULT_CONNECT_TIMEOUT;
   s->budget_s = login->io_timeout;
   /* The ISID is this session's for its whole life (see make_context). */
-  s->isid_rnd = randombytes_uniform (1u << 22);
-  s->isid_qual = randombytes_uniform (1u << 16);
+  s->isid_rnd
+      = login->isid_set ? login->isid_rnd : randombytes_uniform (1u << 22);
+  s->isid_qual
+      = login->isid_set ? login->isid_qual : randombytes_uniform (1u << 16);
   {
     pthread_mutexattr_t a;
 
@@ -769,4 +771,22 @@ lg_session_close (struct lg_session *s)
   lg_waiter_destroy (&s->opened);
   pthread_mutex_destroy (&s->lock);
   free (s);
+}
+
+const struct lg_login *
+lg_session_login (const struct lg_session *s)
+{
+  return s->login;
+}
+
+void
+lg_session_isid (const struct lg_session *s, uint8_t isid[6])
+{
+  /* As libiscsi's iscsi_set_isid_random lays it out. */
+  isid[0] = 0x80;
+  isid[1] = (uint8_t) (s->isid_rnd >> 16);
+  isid[2] = (uint8_t) (s->isid_rnd >> 8);
+  isid[3] = (uint8_t) s->isid_rnd;
+  isid[4] = (uint8_t) (s->isid_qual >> 8);
+  isid[5] = (uint8_t) s->isid_qual;
 }

@@ -45,6 +45,12 @@ struct lg_login {
   /* Off: libiscsi reads the target's socket itself, nothing checked
    * (relay.h).  For benchmarks; LUNGATE_NO_RELAY=1 sets it. */
   bool no_relay;
+  /* Set: sessions opened with this login use this ISID (random type:
+   * 0x80, then rnd's 22 bits, then qual's 16) instead of one of their
+   * own, and so reinstate the nexus that had it (dev/reserve.c takes a
+   * LUN over from a dead gateway of this initiator name so). */
+  bool isid_set;
+  uint32_t isid_rnd, isid_qual;
 };
 
 #define LG_DEFAULT_CONNECT_TIMEOUT 10
@@ -161,6 +167,12 @@ struct lg_session *lg_session_open (const struct lg_login *login,
                                     const char *portal, const char *target,
                                     const struct lg_shared *shared, char *err,
                                     size_t errlen);
+
+/* The ISID s logs in with (the same for its whole life). */
+void lg_session_isid (const struct lg_session *s, uint8_t isid[6]);
+
+/* The login s was opened with (the caller's, which outlives s). */
+const struct lg_login *lg_session_login (const struct lg_session *s);
 
 /* Closes: logs out, stops the thread, frees.  No command should be
  * pending; one that is fails (a write among them stays fenced in the

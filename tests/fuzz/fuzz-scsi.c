@@ -2,7 +2,7 @@
 /* libFuzzer harness for what a target says in reply to the commands that
  * describe a LUN: REPORT LUNS, INQUIRY (standard and VPD 0x00, 0x80, 0x83,
  * 0xB0, 0xB2), READ CAPACITY(16), MODE SENSE(6), GET LBA STATUS and
- * PERSISTENT RESERVE IN (READ RESERVATION, READ KEYS).  Each
+ * PERSISTENT RESERVE IN (READ RESERVATION, READ KEYS, READ FULL STATUS).  Each
  * command gets the next reply from the input (a status byte, a 16-bit
  * length, that many data-in bytes); libiscsi unmarshalls it as it does for
  * a real target and lungate's probe and extent code take it from there.
@@ -144,6 +144,16 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         fclose (f);
       }
     }
+  }
+  {
+    char name[256];
+    uint8_t isid[6];
+
+    /* READ FULL STATUS: the holder's port, NUL-terminated within name. */
+    if (lg_pr_holder_port (&io, 1, name, sizeof name, isid, err, sizeof err)
+            == 0
+        && (name[0] == '\0' || strlen (name) >= sizeof name))
+      abort ();
   }
 
   if (lg_lun_probe_io (&io, 1, &info, err, sizeof err) < 0)

@@ -131,3 +131,49 @@ Test (pr, describe)
   lg_pr_describe (&st, buf, 20);
   cr_assert_eq (strlen (buf), 19);
 }
+
+/* READ FULL STATUS: the holder's iSCSI name and ISID, as LIO gives them
+ * (format 01b), found past a non-holder's descriptor; truncated and
+ * lying lengths refused. */
+Test (pr, holder_port)
+{
+  static const char other[] = "iqn.2026-12.org.other:x,i,0x80aabbccddee";
+  static const char mine[] = "iqn.2026-11.org.lungate:host,i,0x8012345678ab";
+  uint8_t d[512], isid[6];
+  char name[256];
+  size_t off = 8;
+
+  memset (d, 0, sizeof d);
+  be32 (d, 7);
+  /* A registrant that does not hold it. */
+  be64 (d + off, 0x1111);
+  d[off + 24] = 0x45;
+  d[off + 27] = 44;
+  memcpy (d + off + 28, other, sizeof other);
+  be32 (d + off + 20, 48);
+  off += 24 + 48;
+  /* The holder. */
+  be64 (d + off, 0x2222);
+  d[off + 12] = 0x01;
+  d[off + 24] = 0x45;
+  d[off + 27] = 48;
+  memcpy (d + off + 28, mine, sizeof mine);
+  be32 (d + off + 20, 52);
+  off += 24 + 52;
+  be32 (d + 4, (uint32_t) (off - 8));
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), 0);
+  cr_assert_str_eq (name, "iqn.2026-11.org.lungate:host");
+  cr_assert_eq (isid[0], 0x80);
+  cr_assert_eq (isid[5], 0xab);
+  cr_assert_eq (isid[2], 0x34);
+  /* Cut inside the holder's TransportID: refused, nothing read past. */
+  cr_assert_eq (lg_pr_parse_holder_port (d, off - 10, name, sizeof name, isid),
+                -1);
+  /* A TransportID length beyond the reply. */
+  be32 (d + 8 + 24 + 48 + 20, 4000);
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), -1);
+  /* Not iSCSI (protocol 0x1: Fibre Channel). */
+  be32 (d + 8 + 24 + 48 + 20, 52);
+  d[8 + 24 + 48 + 24] = 0x01;
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), -1);
+}
