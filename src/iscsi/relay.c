@@ -618,6 +618,20 @@ pdu_size (const struct lg_relay *r, const unsigned char *h)
   return BHS + (size_t) h[4] * 4 + r->hd + data;
 }
 
+/* A Login Response's padding, zeroed before libiscsi sees it: LIO pads
+ * with stale bytes, and libiscsi 1.19 parses the padding as text keys
+ * (doc/libiscsi-bugs.md), failing the login when no NUL happens to be
+ * among them.  Logins carry no digests. */
+static void
+zero_login_padding (const struct lg_relay *r, unsigned char *h)
+{
+  uint32_t dsl = be24 (h + 5);
+  size_t at = BHS + (size_t) h[4] * 4 + r->hd + dsl;
+
+  if ((h[0] & 0x3f) == 0x23 && !r->ff && dsl % 4)
+    memset (h + at, 0, 4 - dsl % 4);
+}
+
 /* Parses what arrived on one side; moves ok forward. */
 static int
 parse (struct lg_relay *r, struct side *s, bool inbound)
@@ -645,8 +659,10 @@ parse (struct lg_relay *r, struct side *s, bool inbound)
       if (inbound ? lg_relay_check_in (r, h, size) < 0
                   : (note_out (r, h, h + BHS + r->hd, be24 (h + 5)), 0))
         return -1;
-      if (inbound)
+      if (inbound) {
+        zero_login_padding (r, s->buf + s->scan);
         maybe_full_feature (r, h);
+      }
       s->scan += size;
       s->ok = s->scan;
       continue;
