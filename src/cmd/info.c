@@ -109,7 +109,9 @@ print_text (const char *url, const struct lg_lun_info *li)
   if (li->max_xfer_blocks)
     printf ("max-transfer-length: %u blocks\n", li->max_xfer_blocks);
   else
-    printf ("max-transfer-length: unlimited\n");
+    printf ("max-transfer-length: not reported (lungate sends at most %u "
+            "blocks a command)\n",
+            lg_iscsi_max_blocks (li));
   printf ("optimal-transfer-length: %u blocks\n", li->opt_xfer_blocks);
   printf ("optimal-transfer-granularity: %u blocks\n", li->opt_gran_blocks);
   printf ("thin-provisioning: lbpme=%d lbprz=%d lbpu=%d lbpws=%d "

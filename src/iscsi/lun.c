@@ -497,7 +497,12 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
     if (bl) {
       info->has_block_limits = true;
       info->max_xfer_blocks = bl->max_xfer_len;
-      info->opt_xfer_blocks = bl->opt_xfer_len;
+      /* LIO's 4 KiB LUNs report an optimal length beyond the maximum
+       * (in 512-byte units): never more than the maximum. */
+      info->opt_xfer_blocks
+          = bl->max_xfer_len && bl->opt_xfer_len > bl->max_xfer_len
+          ? bl->max_xfer_len
+          : bl->opt_xfer_len;
       info->opt_gran_blocks = bl->opt_gran;
       info->max_unmap_blocks = bl->max_unmap;
       info->max_unmap_desc = bl->max_unmap_bdc;
