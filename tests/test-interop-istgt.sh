@@ -149,7 +149,10 @@ for t in plain chap mutual; do grep -q "^$base:$t\$" "$dir/disc" || { cat "$dir/
 grep -q "lun 0  disk  64.00 MiB" "$dir/disc" || { cat "$dir/disc"; fail "discover: LUN of plain"; }
 grep -q "$base:mutual: authentication failed" "$dir/disc" || { cat "$dir/disc"; fail "discover: the mutual target's refusal"; }
 cell "plain: discover" ok
-"$LUNGATE" info "$portal/$base:plain/0" | grep -q "^size: 67108864 bytes" || fail "info plain"
+"$LUNGATE" info "$portal/$base:plain/0" >"$dir/info" || fail "info plain"
+# What istgt offers, for the README's compatibility table.
+grep "^supports\|^refused\|^volatile\|^reservation" "$dir/info"
+grep -q "^size: 67108864 bytes" "$dir/info" || fail "info plain"
 cell "plain: info" ok
 nbd_copy_verify "$portal/$base:plain/0" "$dir/plain.img" || fail "plain: NBD copy-verify"
 cell "plain: NBD copy-verify" ok
