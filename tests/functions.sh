@@ -623,3 +623,49 @@ tgt_chap_mutual ()
 }
 
 _lg_make_scratch
+
+# ---------------------------------------------------------------------------
+# A file-system round trip through lungate mount (the interop tests).
+
+# fuse_fsck DIR LUN-URL [LOGIN-OPTION...]: in scratch directory DIR,
+# mkfs.ext4 on the mounted LUN file, fuse2fs on it, a tree in, both
+# unmounted, mounted again, compared, e2fsck -fn clean.  0 or 1.
+fuse_fsck ()
+{
+  local dir=$1 url=$2 m="$1/m" fs="$1/fs" f
+  shift 2
+  mkdir -p "$m" "$fs" "$dir/tree/a/b"
+  head -c 300k /dev/urandom >"$dir/tree/a/one"
+  head -c 70k /dev/urandom >"$dir/tree/a/b/two"
+  "$LUNGATE" mount "$@" "$url" "$m" || return 1
+  f="$m/lun0"
+  mkfs.ext4 -q -F -O ^has_journal "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
+  _lg_fs_mount "$f" "$fs" || { fusermount3 -u "$m"; return 1; }
+  cp -a "$dir/tree/." "$fs/"
+  _lg_fs_umount "$fs"
+  fusermount3 -u "$m" || return 1
+  "$LUNGATE" mount "$@" "$url" "$m" || return 1
+  _lg_fs_mount "$f" "$fs" ro || { fusermount3 -u "$m"; return 1; }
+  diff -r -x lost+found "$dir/tree" "$fs" >/dev/null || { _lg_fs_umount "$fs"; fusermount3 -u "$m"; return 1; }
+  _lg_fs_umount "$fs"
+  e2fsck -fn "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
+  fusermount3 -u "$m"
+}
+
+# fuse2fs in the foreground, so that unmounting can wait for it to let go
+# of the LUN file.  _lg_fs_mount FILE DIR [ro]
+_lg_fs_mount ()
+{
+  local o=fakeroot
+  [ -n "${3:-}" ] && o=fakeroot,ro
+  fuse2fs -f -o "$o" "$1" "$2" >/dev/null 2>&1 &
+  _lg_fs_pid=$!
+  for _ in $(seq 100); do mountpoint -q "$2" && return 0; sleep 0.1; done
+  return 1
+}
+
+_lg_fs_umount ()
+{
+  fusermount3 -u "$1"
+  wait "$_lg_fs_pid" 2>/dev/null || true
+}

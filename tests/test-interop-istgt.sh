@@ -98,47 +98,6 @@ nbd_copy_verify ()   # nbd_copy_verify LUN-URL IMG [PLUGIN-PARAM...]
   cmp -n 16777216 "$dir/in" "$dir/out" && cmp -n 16777216 "$dir/in" "$img"
 }
 
-# FUSE round trip: mkfs.ext4 on the mounted LUN file, fuse2fs on it, a
-# tree in, both unmounted, mounted again, compared, e2fsck -fn clean.
-fuse_fsck ()   # fuse_fsck LUN-URL [LOGIN-OPTION...]
-{
-  local url=$1 m="$dir/m" fs="$dir/fs" f
-  shift
-  mkdir -p "$m" "$fs" "$dir/tree/a/b"
-  head -c 300k /dev/urandom >"$dir/tree/a/one"
-  head -c 70k /dev/urandom >"$dir/tree/a/b/two"
-  "$LUNGATE" mount "$@" "$url" "$m" || return 1
-  f="$m/lun0"
-  mkfs.ext4 -q -F -O ^has_journal "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
-  fs_mount "$f" "$fs" || { fusermount3 -u "$m"; return 1; }
-  cp -a "$dir/tree/." "$fs/"
-  fs_umount "$fs"
-  fusermount3 -u "$m" || return 1
-  "$LUNGATE" mount "$@" "$url" "$m" || return 1
-  fs_mount "$f" "$fs" ro || { fusermount3 -u "$m"; return 1; }
-  diff -r -x lost+found "$dir/tree" "$fs" >/dev/null || { fs_umount "$fs"; fusermount3 -u "$m"; return 1; }
-  fs_umount "$fs"
-  e2fsck -fn "$f" >/dev/null 2>&1 || { fusermount3 -u "$m"; return 1; }
-  fusermount3 -u "$m"
-}
-
-# fuse2fs in the foreground, so that unmounting can wait for it to let go
-# of the LUN file.
-fs_mount ()   # fs_mount FILE DIR [ro]
-{
-  local o=fakeroot
-  [ -n "${3:-}" ] && o=fakeroot,ro
-  fuse2fs -f -o "$o" "$1" "$2" >/dev/null 2>&1 &
-  fs_pid=$!
-  for _ in $(seq 100); do mountpoint -q "$2" && return 0; sleep 0.1; done
-  return 1
-}
-fs_umount ()
-{
-  fusermount3 -u "$1"
-  wait "$fs_pid" 2>/dev/null || true
-}
-
 cell () { printf 'istgt: %-28s %s\n' "$1" "$2"; }
 
 # plain
@@ -156,7 +115,7 @@ grep -q "^size: 67108864 bytes" "$dir/info" || fail "info plain"
 cell "plain: info" ok
 nbd_copy_verify "$portal/$base:plain/0" "$dir/plain.img" || fail "plain: NBD copy-verify"
 cell "plain: NBD copy-verify" ok
-fuse_fsck "$portal/$base:plain/0" || fail "plain: FUSE fsck round trip"
+fuse_fsck "$dir" "$portal/$base:plain/0" || fail "plain: FUSE fsck round trip"
 cell "plain: FUSE fsck round trip" ok
 
 # header digest
@@ -172,7 +131,7 @@ expect_fail_with "authentication failed" \
 expect_fail_with "authentication failed" "$LUNGATE" info "$portal/$base:chap/0"
 nbd_copy_verify "$portal/$base:chap/0" "$dir/chap.img" user=gwuser "password=+$good" \
   || fail "CHAP: NBD copy-verify"
-fuse_fsck "$portal/$base:chap/0" "${chap[@]}" || fail "CHAP: FUSE fsck round trip"
+fuse_fsck "$dir" "$portal/$base:chap/0" "${chap[@]}" || fail "CHAP: FUSE fsck round trip"
 cell "one-way CHAP: right/wrong/none" "ok (wrong and missing secret refused)"
 
 # mutual CHAP
@@ -182,7 +141,7 @@ expect_fail_with "mutual CHAP" \
   "$portal/$base:mutual/0"
 nbd_copy_verify "$portal/$base:mutual/0" "$dir/mutual.img" user=gwuser "password=+$good" \
   target-user=istgt "target-password=+$mutual" || fail "mutual CHAP: NBD copy-verify"
-fuse_fsck "$portal/$base:mutual/0" "${mchap[@]}" || fail "mutual CHAP: FUSE fsck round trip"
+fuse_fsck "$dir" "$portal/$base:mutual/0" "${mchap[@]}" || fail "mutual CHAP: FUSE fsck round trip"
 cell "mutual CHAP" "ok (a wrong target secret refused)"
 
 # the ACL

@@ -6,14 +6,15 @@
 # random writes, verified while they run and after, through the plugin and
 # through the mount (default pool of 4 sessions), across a target-group
 # outage; 100 mutual-CHAP logins in a row (LIO pads its last login
-# response with stale bytes from the 11th on); an encrypted volume on the
+# response with stale bytes from the 11th on), one-way CHAP, ext4 via
+# fuse2fs on the mount over mutual CHAP; an encrypted volume on the
 # 4 KiB LUN with verify; trim and zero; the header digest.
 . "${srcdir:-.}/functions-nbd.sh"
 . "${srcdir:-.}/functions-lio.sh"
 lio_enter_netns "$@"
 require_lungate_plugin
 require_nbd_python
-require fio nbdcopy fusermount3 mountpoint
+require fio nbdcopy fusermount3 mountpoint fuse2fs mkfs.ext4 e2fsck
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 lio_start
 TGT_DIR=$(scratch_dir)
@@ -103,6 +104,7 @@ res=$("$LUNGATE" info "$url" | sed -n 's/^reservation: //p')
 echo "lio: fio verify via mount, outage        ok"
 
 # 4. 100 mutual-CHAP logins in a row.
+mkdir -p "$dir/fsck"
 curl="iscsi://$LIO_PORTAL/$LIO_CHAP/0"
 sec=$(secret_file "$LIO_CHAP_SECRET")
 tsec=$(secret_file "$LIO_CHAP_TSECRET")
@@ -118,6 +120,14 @@ bad=$(secret_file wrong-secret-0000)
 "$LUNGATE" info --user "$LIO_CHAP_USER" --password-file "$sec" \
   --target-user "$LIO_CHAP_TUSER" --target-password-file "$bad" "$curl" \
   >/dev/null 2>&1 && fail "a target with another secret was accepted"
+
+# One-way CHAP is accepted too.
+"$LUNGATE" info --user "$LIO_CHAP_USER" --password-file "$sec" "$curl" \
+  >/dev/null 2>"$dir/chap1.err" || { cat "$dir/chap1.err"; fail "one-way CHAP"; }
+# ext4 through the mount over mutual CHAP: a tree in, remounted, compared,
+# e2fsck clean.
+fuse_fsck "$dir/fsck" "$curl" "${mchap[@]}" || fail "mutual CHAP: FUSE fsck round trip"
+echo "lio: CHAP one-way, ext4 over mutual      ok"
 
 # 5. An encrypted volume on the 4 KiB LUN, through the plugin; verify.
 vurl="iscsi://$LIO_PORTAL/$LIO_PLAIN/1"
