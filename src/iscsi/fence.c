@@ -20,6 +20,9 @@ struct lg_fence {
   pthread_cond_t cond; /* CLOCK_MONOTONIC */
   struct lg_doubt *head;
   atomic_uint n;
+  /* A doubt could not be recorded (out of memory): every write waiting
+   * here fails from then on (fence.h). */
+  atomic_bool broken;
 };
 
 int64_t
@@ -45,6 +48,7 @@ lg_fence_new (void)
   pthread_cond_init (&f->cond, &a);
   pthread_condattr_destroy (&a);
   atomic_init (&f->n, 0);
+  atomic_init (&f->broken, false);
   return f;
 }
 
@@ -69,8 +73,12 @@ lg_fence_add (struct lg_fence *f, int lun, uint64_t lba, uint64_t nblocks)
 {
   struct lg_doubt *d = calloc (1, sizeof *d);
 
-  if (d == NULL)
+  if (d == NULL) {
+    /* Counted, so that no write passes lg_fence_count's hint. */
+    if (!atomic_exchange (&f->broken, true))
+      atomic_fetch_add (&f->n, 1);
     return NULL;
+  }
   d->lun = lun;
   d->lba = lba;
   d->nblocks = nblocks;
@@ -141,6 +149,15 @@ lg_fence_wait (struct lg_fence *f, int lun, uint64_t lba, uint64_t nblocks,
   int r = 0;
 
   pthread_mutex_lock (&f->lock);
+  if (atomic_load (&f->broken)) {
+    snprintf (msg, len,
+              "LUN %d LBA %" PRIu64 "+%" PRIu64 ": refused: a write of unknown "
+              "outcome could not be fenced (out of memory), so no write goes "
+              "out any more",
+              lun, lba, nblocks);
+    pthread_mutex_unlock (&f->lock);
+    return -1;
+  }
   while ((d = find_locked (f, lun, lba, nblocks)) != NULL) {
     if (d->permanent) {
       snprintf (msg, len,

@@ -40,8 +40,10 @@ struct lg_doubt {
 struct lg_fence *lg_fence_new (void);
 void lg_fence_free (struct lg_fence *f);
 
-/* Fences lba + nblocks of lun; NULL when out of memory (the caller then
- * treats the write as unconfirmable: see recovery.c). */
+/* Fences lba + nblocks of lun; NULL when out of memory: the fence is
+ * then broken for good, and lg_fence_wait fails every later write of
+ * every LUN at once (the range of the unrecorded doubt is not kept, so
+ * nothing can be let through). */
 struct lg_doubt *lg_fence_add (struct lg_fence *f, int lun, uint64_t lba,
                                uint64_t nblocks);
 /* The target confirmed it: the range is free again (d is freed). */

@@ -90,9 +90,9 @@ doubt (struct lg_session *s, struct lg_cmd *cmd)
     return;
   d = lg_fence_add (s->fence, cmd->lun, lba, n);
   if (d == NULL) {
-    /* XXX: out of memory, the range is not fenced. */
+    /* The fence is broken now: no later write goes out (fence.h). */
     lg_error ("%s/%d: LBA %" PRIu64 "+%" PRIu64 ": out of memory: cannot "
-              "fence a write of unknown outcome",
+              "fence a write of unknown outcome: every later write fails",
               s->target, cmd->lun, lba, n);
     return;
   }
