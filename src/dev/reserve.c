@@ -38,6 +38,9 @@ struct lg_reserve {
    * was taken: the next write asks the target whether it still is ours
    * (lost then, or the writing sessions probed again). */
   atomic_bool doubt;
+  /* The session holding the reservation, where only it may write (the
+   * probe found so), or -1. */
+  _Atomic int holder;
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -72,6 +75,7 @@ lg_reserve_new (struct lg_pool *p, int lun, const char *name)
   atomic_init (&r->lost, false);
   atomic_init (&r->unsure, false);
   atomic_init (&r->doubt, false);
+  atomic_init (&r->holder, -1);
   pthread_mutex_init (&r->lock, NULL);
   pthread_mutex_init (&r->redo, NULL);
   return r;
@@ -187,8 +191,10 @@ probe_writers (struct lg_reserve *r)
   }
   if (refused == 0) {
     lg_pool_set_writers (r->p, r->lun, 0);
+    atomic_store (&r->holder, -1);
     return;
   }
+  atomic_store (&r->holder, h);
   if (lg_pool_set_writers (r->p, r->lun, mask) < 0) {
     lg_warn ("%s: too many LUNs limited to some sessions", r->name);
     return;
@@ -231,6 +237,40 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
 
 static int reserve (struct lg_reserve *r, char *err, size_t errlen);
 
+/* Logs in once as the nexus with isid (random type) and CLEARs lun's
+ * reservation with key there: 0, or -1 with msg. */
+static int
+clear_on_nexus (struct lg_reserve *r, const uint8_t isid[6], uint64_t key,
+                char *msg, size_t len)
+{
+  struct lg_login l = *lg_session_login (lg_pool_session (r->p, 0));
+  struct lg_lun_io io;
+  struct lg_session *s;
+  char why[256];
+  int ret;
+
+  l.isid_set = true;
+  l.isid_rnd = (uint32_t) isid[1] << 16 | (uint32_t) isid[2] << 8 | isid[3];
+  l.isid_qual = (uint32_t) isid[4] << 8 | isid[5];
+  s = lg_session_open (&l, lg_pool_portal (r->p), lg_pool_target (r->p), NULL,
+                       why, sizeof why);
+  if (s == NULL) {
+    snprintf (msg, len, "logging in as the holder's nexus: %s", why);
+    return -1;
+  }
+  io = (struct lg_lun_io){ session_task, s, lg_pool_target (r->p) };
+  ret = lg_pr_clear (&io, r->lun, key, why, sizeof why);
+  lg_session_close (s);
+  if (ret < 0) {
+    snprintf (msg, len, "clearing it as the holder's nexus: %s", why);
+    return -1;
+  }
+  lg_debug ("%s: cleared the reservation as the holder's own nexus "
+            "(ISID 0x%02x%02x%02x%02x%02x%02x)",
+            r->name, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5]);
+  return 0;
+}
+
 /* LIO refuses PREEMPT from every session of the holder's initiator name
  * but the holder's own nexus (it takes them for unregistered).  When the
  * holder has this process's initiator name (a gateway of this host that
@@ -242,37 +282,16 @@ static int
 clear_as_holder (struct lg_reserve *r, const struct lg_pr_state *st, char *msg,
                  size_t len)
 {
-  struct lg_session *s0 = lg_pool_session (r->p, 0), *s;
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
-  struct lg_login l = *lg_session_login (s0);
+  const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
   char name[256], why[256];
   uint8_t isid[6];
-  int ret;
 
   if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why, sizeof why)
           < 0
-      || strcasecmp (name, l.initiator_name) != 0 || isid[0] != 0x80)
+      || strcasecmp (name, l->initiator_name) != 0 || isid[0] != 0x80)
     return -1;
-  l.isid_set = true;
-  l.isid_rnd = (uint32_t) isid[1] << 16 | (uint32_t) isid[2] << 8 | isid[3];
-  l.isid_qual = (uint32_t) isid[4] << 8 | isid[5];
-  s = lg_session_open (&l, lg_pool_portal (r->p), lg_pool_target (r->p), NULL,
-                       why, sizeof why);
-  if (s == NULL) {
-    snprintf (msg, len, "logging in as the holder's nexus: %s", why);
-    return -1;
-  }
-  io = (struct lg_lun_io){ session_task, s, lg_pool_target (r->p) };
-  ret = lg_pr_clear (&io, r->lun, st->holder, why, sizeof why);
-  lg_session_close (s);
-  if (ret < 0) {
-    snprintf (msg, len, "clearing it as the holder's nexus: %s", why);
-    return -1;
-  }
-  lg_debug ("%s: cleared the reservation as the holder's own nexus "
-            "(ISID 0x%02x%02x%02x%02x%02x%02x)",
-            r->name, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5]);
-  return 0;
+  return clear_on_nexus (r, isid, st->holder, msg, len);
 }
 
 /* Takes the reservation from st->holder: registered first, then PREEMPT,
@@ -516,8 +535,10 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
            "reserved it again",
            r->name);
   /* Where only the reserving nexus may write, that is this one now. */
-  if (lg_pool_writers (r->p, r->lun) != 0)
+  if (lg_pool_writers (r->p, r->lun) != 0) {
     lg_pool_set_writers (r->p, r->lun, 1ull << lg_pool_index (r->p, s));
+    atomic_store (&r->holder, lg_pool_index (r->p, s));
+  }
   return 0;
 }
 
@@ -642,20 +663,67 @@ lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len)
   return true;
 }
 
+/* Writes of unknown outcome in the pool after waiting up to
+ * RELEASE_WAIT_MS for the target to confirm them (a stopping session
+ * aborts what is not answered within 1 s: session.h). */
+#define RELEASE_WAIT_MS 5000
+static unsigned
+unconfirmed (struct lg_reserve *r)
+{
+  unsigned n = lg_pool_doubts (r->p);
+
+  for (int waited = 0; n > 0 && waited < RELEASE_WAIT_MS; waited += 100) {
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+    nanosleep (&ts, NULL);
+    n = lg_pool_doubts (r->p);
+  }
+  return n;
+}
+
+/* CLEAR, which also drops the registrations of nexuses the target kept
+ * from before a reconnection.  Never while a write of this process may
+ * still execute in the target: the next gateway would be admitted, write,
+ * and then have that write land over its own.  Where only the holder's
+ * session may send PR OUT (LIO) and it is not logged in (the process
+ * stops during a reconnection), the holder's nexus is logged into once
+ * more for it. */
+static void
+release (struct lg_reserve *r)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  int h = atomic_load (&r->holder);
+  char msg[256], why[256];
+  unsigned n;
+
+  if ((n = unconfirmed (r)) > 0) {
+    lg_warn ("%s: not releasing the reservation: %u write%s of unknown "
+             "outcome may still execute in the target, which has not "
+             "confirmed that %s cannot; the LUN stays reserved to this "
+             "gateway (take it over when the target has settled)",
+             r->name, n, n == 1 ? "" : "s", n == 1 ? "it" : "they");
+    return;
+  }
+  if (lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) == 0)
+    return;
+  if (h >= 0 && errno != EPERM) {
+    uint8_t isid[6];
+
+    lg_session_isid (lg_pool_session (r->p, (unsigned) h), isid);
+    if (clear_on_nexus (r, isid, r->key, why, sizeof why) == 0)
+      return;
+    lg_debug ("%s: %s", r->name, why);
+  }
+  lg_warn ("%s: releasing the reservation: %s", r->name, msg);
+}
+
 void
 lg_reserve_free (struct lg_reserve *r)
 {
-  struct lg_lun_io io;
-  char msg[256];
-
   if (r == NULL)
     return;
-  io = (struct lg_lun_io){ pool_task, r->p, lg_pool_target (r->p) };
-  /* CLEAR also drops the registrations of nexuses the target kept from
-   * before a reconnection. */
-  if (atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost)
-      && lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) < 0)
-    lg_warn ("%s: releasing the reservation: %s", r->name, msg);
+  if (atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost))
+    release (r);
   lg_pool_set_writers (r->p, r->lun, 0);
   pthread_mutex_destroy (&r->lock);
   pthread_mutex_destroy (&r->redo);

@@ -29,7 +29,10 @@ struct lg_reserve;
 
 struct lg_reserve *lg_reserve_new (struct lg_pool *p, int lun,
                                    const char *name);
-/* Releases what is held (RELEASE and unregister, by CLEAR) and frees. */
+/* Releases what is held (RELEASE and unregister, by CLEAR) and frees;
+ * but never while a write of the pool's has an unknown outcome (after
+ * waiting a few seconds for the target to confirm it): the LUN then stays
+ * reserved, and a warning says why. */
 void lg_reserve_free (struct lg_reserve *r);
 
 /* flags: LG_CLAIM_TAKEOVER, LG_CLAIM_SHARED (dev.h).  0 when the process

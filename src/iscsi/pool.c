@@ -315,6 +315,12 @@ lg_pool_lun_events (const struct lg_pool *p)
   return sum (p, lg_session_lun_events);
 }
 
+unsigned
+lg_pool_doubts (const struct lg_pool *p)
+{
+  return lg_fence_count (p->fence);
+}
+
 int
 lg_pool_index (const struct lg_pool *p, const struct lg_session *s)
 {

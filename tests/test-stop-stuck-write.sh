@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A gateway stopped (SIGTERM: systemctl stop) while one of its writes is
+# held inside the target (faultio under tgtd) must not give the LUN up:
+# the next gateway would be admitted without --takeover, write and flush
+# NEW, and then the held OLD write would land over it (issue 26, case 1).
+# So the stopping gateway says it is not releasing, the LUN stays
+# reserved to it, and a second gateway is refused, naming the holder;
+# once the held write has landed, a takeover writes NEW and NEW stays.
+# Through the plugin and through lungate mount.
+. "${srcdir:-.}/functions-fault.sh"
+require_lungate_plugin
+require_nbd_python
+require fusermount3 mountpoint
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+fault_tgt_start
+t=iqn.2026-11.org.lungate:stopstuck
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_add_lun 1 2 16M
+tgt_allow 1 ALL
+off=$((1 << 20))
+mnt=$TGT_DIR/mnt
+mount_points "$mnt"
+
+# nbd_write SOCKET STRING: 4 KiB of the string repeated at
+# off, then a flush (fsync).
+nbd_write ()
+{
+  env -u LD_PRELOAD "$NBD_PYTHON" - "$1" "$2" "$off" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+d = (sys.argv[2].encode() * 4096)[:4096]
+h.pwrite(d, int(sys.argv[3])); h.flush()
+PY
+}
+
+reservation ()
+{
+  "$LUNGATE" info "$1" | sed -n 's/^reservation: //p'
+}
+
+# check NAME LUN STOP: the held write's gateway stopped with STOP (a
+# command run with the gateway's pid), the LUN stays reserved, a second
+# gateway is refused; after the held write landed, a takeover's NEW stays.
+check ()
+{
+  local name=$1 url=$2 pid=$3 res
+  with_timeout 60 tail --pid="$pid" -f /dev/null \
+    || fail "$name: the stopping gateway did not exit"
+  res=$(reservation "$url")
+  case $res in
+    "Write Exclusive, Registrants Only by a gateway on this host"*) ;;
+    *) fail "$name: the LUN was given up with a write held in the target: '$res'" ;;
+  esac
+  grep -q "not releasing the reservation: 1 write of unknown outcome" "$TGT_DIR/$name.log" \
+    || { cat "$TGT_DIR/$name.log"; fail "$name: the stop does not say it keeps the reservation"; }
+  nbd_gw "$name-2" "url=$url"
+  nbd_write "$TGT_DIR/$name-2.sock" "NEW-$name-" 2>/dev/null \
+    && fail "$name: a second gateway wrote while the first one's write was held"
+  grep -q "in use by a gateway on this host" "$TGT_DIR/$name-2.log" \
+    || { cat "$TGT_DIR/$name-2.log"; fail "$name: the refusal does not name the holder"; }
+  nbd_stop "${NBD_GW[$name-2]}"
+  fault_wait_log "^stall-end $4 " 60
+  nbd_gw "$name-3" "url=$url" takeover=true
+  nbd_write "$TGT_DIR/$name-3.sock" "NEW-$name-" \
+    || { cat "$TGT_DIR/$name-3.log"; fail "$name: the takeover cannot write"; }
+  nbd_stop "${NBD_GW[$name-3]}"
+  head -c 4 < <(tail -c +$((off + 1)) "$(tgt_lun_file 1 "${url##*/}")") \
+    | grep -q "^NEW-" || fail "$name: the LUN does not hold NEW"
+  echo "$name: ok"
+}
+
+# The plugin: the held write, then SIGTERM.
+url="iscsi://$TGT_PORTAL/$t/1"
+fault_rule "op=write path=lun-1-1.img match=OLD-plugin- action=stall:20000"
+nbd_gw plugin "url=$url"
+nbd_write "$TGT_DIR/plugin.sock" "OLD-plugin-" >/dev/null 2>&1 &
+fault_wait_log '^stall-begin 1 ' 30
+kill -TERM "${NBD_GW[plugin]}"
+check plugin "$url" "${NBD_GW[plugin]}" 1
+
+# The mount: a write held (its fsync waiting), then SIGTERM.
+url="iscsi://$TGT_PORTAL/$t/2"
+fault_rule "op=write path=lun-1-2.img match=OLD-mount- action=stall:20000"
+"$LUNGATE" mount -f "$url" "$mnt" 2>"$TGT_DIR/mount.log" &
+mpid=$!
+on_exit kill -9 "$mpid"
+for _ in $(seq 100); do [ -e "$mnt/lun2" ] && break; sleep 0.1; done
+[ -e "$mnt/lun2" ] || { cat "$TGT_DIR/mount.log"; fail "the mount did not come up"; }
+printf 'OLD-mount-%.0s' $(seq 410) | head -c 4096 >"$TGT_DIR/old"
+dd if="$TGT_DIR/old" of="$mnt/lun2" bs=4096 seek=$((off / 4096)) \
+  conv=notrunc,fsync status=none 2>/dev/null &
+fault_wait_log '^stall-begin 2 ' 30
+kill -TERM "$mpid"
+check mount "$url" "$mpid" 2
+echo "test-stop-stuck-write: ok"
