@@ -237,6 +237,32 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
 
 static int reserve (struct lg_reserve *r, char *err, size_t errlen);
 
+/* A RESERVE or PREEMPT of ours that failed while a session lost its
+ * connection may have been executed, its answer lost (and one sent again
+ * after the login then refused, the first one having made it the
+ * holder's): when the LUN is now held under this process's key, it was
+ * this command.  Only then: without a reconnection, a holder with this
+ * key is another process that made the same key (pr.c), never taken for
+ * ours.  The sessions register again, in case the login lost some. */
+static bool
+own_after_loss (struct lg_reserve *r, unsigned reconnects_before)
+{
+  struct lg_pr_state st;
+  char msg[256];
+
+  if (lg_pool_reconnects (r->p) == reconnects_before
+      || lg_reserve_read (r->p, r->lun, &st, msg, sizeof msg) < 0
+      || !st.reserved || st.holder != r->key)
+    return false;
+  if (register_all (r, msg, sizeof msg) < 0)
+    lg_debug ("%s: registering again: %s", r->name, msg);
+  lg_warn ("%s: the answer to its reservation command was lost with the "
+           "connection; the target shows the LUN held under this "
+           "gateway's key, so it was executed",
+           r->name);
+  return true;
+}
+
 /* Logs in once as the nexus with isid (random type) and CLEARs lun's
  * reservation with key there: 0, or -1 with msg. */
 static int
@@ -302,11 +328,18 @@ take_over (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
 {
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   char msg[256], who[160];
+  unsigned before = lg_pool_reconnects (r->p);
 
   lg_pr_describe_key (st->holder, who, sizeof who);
   if (register_all (r, msg, sizeof msg) < 0
       || lg_pr_preempt (&io, r->lun, r->key, st->holder, msg, sizeof msg) < 0) {
     int e = errno;
+
+    if (e != ENOTSUP && own_after_loss (r, before)) {
+      lg_warn ("%s: took it over from %s (reservation key 0x%016" PRIx64 ")",
+               r->name, who, st->holder);
+      return 1;
+    }
 
     if (e == EPERM && clear_as_holder (r, st, msg, sizeof msg) == 0) {
       if (reserve (r, err, errlen) < 0)
@@ -334,17 +367,22 @@ reserve (struct lg_reserve *r, char *err, size_t errlen)
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   struct lg_pr_state st;
   char msg[256];
+  unsigned before = lg_pool_reconnects (r->p);
+  int e;
 
   if (register_all (r, msg, sizeof msg) == 0
       && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0)
     return 0;
-  if (errno == EPERM && lg_reserve_read (r->p, r->lun, &st, err, errlen) == 0
+  e = errno;
+  if (e != ENOTSUP && own_after_loss (r, before))
+    return 0;
+  if (e == EPERM && lg_reserve_read (r->p, r->lun, &st, err, errlen) == 0
       && st.reserved) {
     unregister_all (r);
     return in_use (r, &st, err, errlen);
   }
   snprintf (err, errlen, "%s: reserving it: %s", r->name, msg);
-  errno = errno == ENOTSUP ? ENOTSUP : EIO;
+  errno = e == ENOTSUP ? ENOTSUP : EIO;
   if (errno != ENOTSUP)
     unregister_all (r);
   return -1;
