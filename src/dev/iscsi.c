@@ -196,6 +196,35 @@ identity_diff (const struct idev *x, const struct lg_lun_info *li, bool relogin,
 }
 
 static int
+pool_io_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+              size_t len)
+{
+  return lg_pool_task (opaque, lun, task, msg, len);
+}
+
+/* Probes the LUN through io, and when it answers as another LUN than the
+ * one opened, twice more: one answer that differs (a bit flipped on the
+ * wire, which has no data digest) is no proof that the LUN changed.
+ * 0 when a probe agrees; 1 when all three differed (diff says how the
+ * last did); -1 when a probe failed (err). */
+static int
+probe_identity (struct idev *x, const struct lg_lun_io *io, int lun,
+                bool relogin, struct lg_lun_info *li, char *diff, size_t dlen,
+                char *err, size_t elen)
+{
+  for (int i = 0; i < 3; i++) {
+    if (lg_lun_probe_io (io, lun, li, err, elen) < 0)
+      return -1;
+    if (identity_diff (x, li, relogin, diff, dlen) == 0)
+      return 0;
+    if (i < 2)
+      lg_warn ("%s: the LUN answered as another (%s): asking again",
+               x->dev.name, diff);
+  }
+  return 1;
+}
+
+static int
 revalidate (struct idev *x, bool poll)
 {
   unsigned e = pool_epoch (x);
@@ -214,7 +243,11 @@ revalidate (struct idev *x, bool poll)
 
     lg_debug ("%s: checking the LUN again (%s)", x->dev.name,
               relogin ? "logged in again" : "it may have changed");
-    if (lg_lun_probe (x->pool, x->lun, &li, err, sizeof err) < 0) {
+    struct lg_lun_io io = { pool_io_task, x->pool, lg_pool_target (x->pool) };
+    int d = probe_identity (x, &io, x->lun, relogin, &li, diff, sizeof diff,
+                            err, sizeof err);
+
+    if (d < 0) {
       int saved = errno;
 
       pthread_mutex_unlock (&x->reval);
@@ -222,7 +255,7 @@ revalidate (struct idev *x, bool poll)
       errno = saved ? saved : EIO;
       return -1;
     }
-    if (identity_diff (x, &li, relogin, diff, sizeof diff) > 0) {
+    if (d > 0) {
       pthread_mutex_lock (&x->gone_lock);
       if (atomic_load (&x->gone))
         ; /* found by the session's check first (check_after_login) */
@@ -349,15 +382,18 @@ check_after_login (void *opaque, struct lg_session *s, int lun)
   struct lg_lun_io io = { session_task, s, lg_pool_target (x->pool) };
   struct lg_lun_info li;
   char err[256], diff[384];
+  int d;
 
   if (atomic_load (&x->gone))
     return -1;
-  if (lg_lun_probe_io (&io, lun, &li, err, sizeof err) < 0) {
+  if ((d = probe_identity (x, &io, lun, true, &li, diff, sizeof diff, err,
+                           sizeof err))
+      < 0) {
     lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
     lg_reserve_unsure (x->res);
     return -2;
   }
-  if (identity_diff (x, &li, true, diff, sizeof diff) == 0) {
+  if (d == 0) {
     struct sreader r = { { sreader_pread }, x, s };
     int u = lg_reserve_after_login (x->res, s);
 
