@@ -55,6 +55,12 @@ gw b
 io b write 2 1 >/dev/null 2>&1 && fail "a second gateway wrote beside the owner"
 grep -q "in use by a gateway on host $(hostname) (pid ${NBD_GW[a]}) since .*(owner record)" "$TGT_DIR/b.log" \
   || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the owner"; }
+# Its second and third connections are refused too (issue 26, case 3:
+# the second claim found the reservation layer 'claimed' and skipped the
+# owner record).
+io b write 2 1 >/dev/null 2>&1 && fail "a second gateway wrote on its second connection"
+io b write 2 1 >/dev/null 2>&1 && fail "a second gateway wrote on its third connection"
+[ "$(io a read 2)" = 0 ] || fail "the second gateway's write reached the LUN"
 nbd_stop "${NBD_GW[b]}"
 expect_fail_with "in use by a gateway on host .*owner record" \
   "$LUNGATE" key add --key-file "$key" --new-key-file "$key" "$url"

@@ -449,7 +449,10 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
   struct lg_pr_state st;
   int ret;
 
-  *no_pr = false;
+  /* Claimed before: say again what was found then (the crypt layer
+   * takes the owner record when there are no reservations: a claim that
+   * says 'held' instead lets a second writer in through it). */
+  *no_pr = atomic_load (&r->mode) == MODE_NO_PR;
   if (atomic_load (&r->mode) != MODE_NONE)
     return 0;
   if (lg_reserve_read (r->p, r->lun, &st, err, errlen) < 0)
