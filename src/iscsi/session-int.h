@@ -23,8 +23,12 @@
 #include "iscsi/session.h"
 
 /* A UNIT ATTENTION (power on, reset, parameters changed) is reported once
- * per I_T nexus and the command is not executed; reissue it a few times. */
-#define UA_RETRIES 4
+ * per I_T nexus and the command is not executed; reissue it.  Targets
+ * queue one per event: tgt one REPORTED LUNS DATA HAS CHANGED per LUN
+ * added or removed, per LUN, per session, so a reconfiguration of other
+ * LUNs leaves many in a row (test-lun-events).  The bound only stops a
+ * target that never stops sending them. */
+#define UA_RETRIES 256
 
 /* libiscsi advances its state only inside iscsi_service: call it at least
  * this often; the timeouts and the budget are checked as often. */
