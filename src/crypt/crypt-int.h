@@ -174,6 +174,13 @@ void lgc_span_unlock (struct cdev *x, const struct span *sp);
 
 /* ---- read.c ---- */
 
+/* Reads nb metadata blocks at block b0 into md, with the n other
+ * segments of segs in the same batch, the metadata twice: plain TCP has
+ * no data digest, and a block written back as a flipped bit made it
+ * would destroy a unit nobody wrote.  When the copies differ, the
+ * metadata is read again until two reads agree.  0, or -1 with errno. */
+int lgc_read_md (struct cdev *x, uint8_t *md, uint64_t b0, uint64_t nb,
+                 const struct lg_dev_seg *segs, unsigned n);
 int64_t lgc_read_units_locked (struct cdev *x, const struct span *sp,
                                uint8_t *out,
                                void (*bad) (void *, uint64_t, uint64_t),

@@ -94,6 +94,51 @@ struct rreq {
   bool changed;            /* repair: md changed, to be written */
 };
 
+#define MD_READS 6
+int
+lgc_read_md (struct cdev *x, uint8_t *md, uint64_t b0, uint64_t nb,
+             const struct lg_dev_seg *segs, unsigned n)
+{
+  size_t len = nb * LG_MD_BLOCK;
+  uint8_t *a = malloc (len), *b = malloc (len);
+  struct lg_dev_seg all[4];
+  int ret = -1;
+
+  if (a == NULL || b == NULL || n > 2)
+    goto out;
+  all[0] = (struct lg_dev_seg){ md, len, md_off (x, b0) };
+  all[1] = (struct lg_dev_seg){ a, len, md_off (x, b0) };
+  for (unsigned i = 0; i < n; i++)
+    all[2 + i] = segs[i];
+  if (lg_dev_pread_multi (x->lower, all, 2 + n) < 0)
+    goto out;
+  /* md and a are the last two reads; b the next. */
+  for (int reads = 2; memcmp (md, a, len) != 0; reads++) {
+    if (reads == 2)
+      lg_warn ("%s: metadata blocks %" PRIu64 "-%" PRIu64 " read twice "
+               "differently (the link changed a bit?): reading them again",
+               x->dev.name, b0, b0 + nb - 1);
+    if (reads == MD_READS) {
+      lg_error ("%s: metadata blocks %" PRIu64 "-%" PRIu64 " read "
+                "differently %d times in a row: not used",
+                x->dev.name, b0, b0 + nb - 1, MD_READS);
+      errno = EIO;
+      goto out;
+    }
+    if (lg_dev_pread (x->lower, b, len, md_off (x, b0)) < 0)
+      goto out;
+    if (memcmp (b, a, len) == 0)
+      memcpy (md, b, len);
+    else
+      memcpy (md, a, len), memcpy (a, b, len);
+  }
+  ret = 0;
+out:
+  free (a);
+  free (b);
+  return ret;
+}
+
 /* Metadata from the cache when all of it is there, else with the data in
  * one batch: one round trip, not two. */
 static int
@@ -105,12 +150,10 @@ rd_load (struct cdev *x, struct rreq *r, bool use_cache)
     return lg_dev_pread (x->lower, r->ct, r->n * LG_UNIT_SIZE,
                          data_off (x, sp->u0));
   {
-    struct lg_dev_seg segs[2] = {
-      { r->md, r->nb * LG_MD_BLOCK, md_off (x, sp->b0) },
-      { r->ct, r->n * LG_UNIT_SIZE, data_off (x, sp->u0) },
-    };
+    struct lg_dev_seg data
+        = { r->ct, r->n * LG_UNIT_SIZE, data_off (x, sp->u0) };
 
-    if (lg_dev_pread_multi (x->lower, segs, 2) < 0)
+    if (lgc_read_md (x, r->md, sp->b0, r->nb, &data, 1) < 0)
       return -1;
   }
   fill_md_cache (x, sp, r->md, r->ents);
@@ -211,10 +254,63 @@ rd_finish (struct cdev *x, struct rreq *r, bool use_cache, uint64_t epoch)
  * held by the caller).  Units that fail are zeroed and counted; returns
  * the number of bad units, or -1 on I/O error.  A scrub (use_cache false)
  * reads the metadata from disk, not from what this session remembers. */
+static int64_t read_pass (struct cdev *x, const struct span *sp, uint8_t *out,
+                          void (*bad) (void *, uint64_t, uint64_t),
+                          void *opaque, bool use_cache, bool repair,
+                          bool quiet);
+
+/* The span's metadata blocks are dropped from the cache: one of them may
+ * hold what a bit flipped on the wire made of it, and a write must not
+ * put that back on the LUN. */
+static void
+forget_span (struct cdev *x, const struct span *sp)
+{
+  for (uint64_t b = sp->b0; b <= sp->b1; b++) {
+    struct mdent *e = lgc_cache_get (&x->cache, b);
+
+    if (e == NULL)
+      continue;
+    pthread_mutex_lock (&x->cache.lock);
+    e->loaded = false;
+    pthread_mutex_unlock (&x->cache.lock);
+    lgc_cache_put (&x->cache, e);
+  }
+}
+
 int64_t
 lgc_read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
                        void (*bad) (void *, uint64_t, uint64_t), void *opaque,
                        bool use_cache, bool repair)
+{
+  int64_t n;
+
+  /* A unit that fails authentication is read again from the target,
+   * metadata and data, before anything is concluded: plain TCP has no
+   * data digest, and one flipped bit is no proof of tampering.  A repair
+   * writes nothing on the strength of the first read. */
+  if (repair) {
+    n = read_pass (x, sp, out, NULL, NULL, false, false, true);
+    if (n < 0)
+      return n;
+  }
+  else {
+    n = read_pass (x, sp, out, bad, opaque, use_cache, false, true);
+    if (n <= 0)
+      return n;
+  }
+  if (n > 0) {
+    lg_warn ("%s: %" PRId64 " unit%s of units %" PRIu64 "-%" PRIu64
+             " failed authentication: reading them again from the target",
+             x->dev.name, n, n == 1 ? "" : "s", sp->u0, sp->u1 - 1);
+    forget_span (x, sp);
+  }
+  return read_pass (x, sp, out, bad, opaque, false, repair, false);
+}
+
+static int64_t
+read_pass (struct cdev *x, const struct span *sp, uint8_t *out,
+           void (*bad) (void *, uint64_t, uint64_t), void *opaque,
+           bool use_cache, bool repair, bool quiet)
 {
   struct rreq r = { .sp = sp };
   uint64_t epoch = lg_barrier_epoch (&x->bar);
@@ -243,9 +339,11 @@ lgc_read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
         run_start = u;
     }
     if (run && (ok || u + 1 == sp->u1)) {
-      log_bad (x, run_start, run);
-      if (bad)
-        bad (opaque, run_start, run);
+      if (!quiet) {
+        log_bad (x, run_start, run);
+        if (bad)
+          bad (opaque, run_start, run);
+      }
       run = 0;
     }
   }

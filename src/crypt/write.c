@@ -182,9 +182,6 @@ wr_load (struct cdev *x, struct wreq *w)
   for (uint64_t u = sp->u0;
        u < sp->u1 && !atomic_load (&x->trust_newer) && !need_old; u++)
     need_old = !unit_known (x, w, u);
-  if (need_md)
-    segs[ns++]
-        = (struct lg_dev_seg){ w->md, w->nb * LG_MD_BLOCK, md_off (x, sp->b0) };
   if (need_old) {
     w->old = malloc (w->n * LG_UNIT_SIZE);
     w->scratch = malloc (LG_UNIT_SIZE);
@@ -193,7 +190,8 @@ wr_load (struct cdev *x, struct wreq *w)
     segs[ns++] = (struct lg_dev_seg){ w->old, w->n * LG_UNIT_SIZE,
                                       data_off (x, sp->u0) };
   }
-  if (ns && lg_dev_pread_multi (x->lower, segs, ns) < 0)
+  if (need_md ? lgc_read_md (x, w->md, sp->b0, w->nb, segs, ns) < 0
+              : ns && lg_dev_pread_multi (x->lower, segs, ns) < 0)
     return -1;
   for (uint64_t i = 0; i < w->nb; i++) {
     struct mdent *e = w->ents[i];

@@ -21,7 +21,8 @@ answers.  One rule a line, '#' comments, fields KEY=VALUE:
   cut [count=N]
         the next PDU from the target closes the connection instead.
 
-count defaults to 1 (0: every time).  Every rule that fires appends
+count defaults to 1 (0: every time), counted by the line's number and
+text (a rule written anew on the same line fires anew).  Every rule that fires appends
 "fire LINE ACTION ITT" to the log file.
 """
 import argparse
@@ -31,7 +32,7 @@ import sys
 import threading
 
 lock = threading.Lock()
-fired = {}  # rule line -> times fired
+fired = {}  # (rule line, text) -> times fired
 
 
 def load_rules(path):
@@ -45,7 +46,7 @@ def load_rules(path):
         line = line.split("#", 1)[0].split()
         if not line:
             continue
-        r = {"line": n, "action": line[0], "count": 1}
+        r = {"line": n, "text": " ".join(line), "action": line[0], "count": 1}
         for kv in line[1:]:
             k, _, v = kv.partition("=")
             r[k] = int(v, 0)
@@ -56,10 +57,11 @@ def load_rules(path):
 def take(rule, log, itt):
     """Whether rule may fire again; counts it and logs it if so."""
     with lock:
-        n = fired.get(rule["line"], 0)
+        key = (rule["line"], rule["text"])
+        n = fired.get(key, 0)
         if rule["count"] and n >= rule["count"]:
             return False
-        fired[rule["line"]] = n + 1
+        fired[key] = n + 1
         with open(log, "a") as f:
             f.write("fire %d %s 0x%08x\n" % (rule["line"], rule["action"], itt))
     return True
@@ -130,6 +132,9 @@ class Conn:
                     lun = struct.unpack(">H", p[8:10])[0] & 0x3FFF
                     with lock:
                         self.tasks[itt] = (p[32:48], lun)
+                    if self.a.verbose:
+                        print("cmd 0x%08x lun %d cdb %s" % (itt, lun, p[32:48].hex()),
+                              file=sys.stderr, flush=True)
                 self.t.sendall(p)
         except OSError:
             pass
@@ -186,6 +191,8 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--rules", required=True)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--verbose", action="store_true",
+                    help="print every SCSI command to standard error")
     a = ap.parse_args()
     host, _, port = a.target.rpartition(":")
     ls = socket.socket()
