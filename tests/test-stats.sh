@@ -55,6 +55,31 @@ PY
   fusermount3 -u "$mnt" || fail "unmount"
 fi
 
+# ---- the plugin: SIGUSR1 as soon as its socket appears ----
+# nbdkit listens before the plugin logs in (after_fork); with the login
+# slowed down by the delay proxy (200 ms each way), a SIGUSR1 sent then
+# killed nbdkit ('User defined signal 1': seen in CI under load).
+proxy="${top_builddir:-..}/tests/tools/delay-proxy"
+"$proxy" --upstream "$TGT_PORTAL" --delay-ms 200 >"$TGT_DIR/proxy.port" \
+  2>"$TGT_DIR/proxy.log" &
+on_exit kill "$!"
+for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
+[ -s "$TGT_DIR/proxy.port" ] || fail "the delay proxy did not start"
+early="$TGT_DIR/early.sock"
+"${NBDKIT[@]}" -f -U "$early" "$LUNGATE_PLUGIN" \
+  "url=iscsi://127.0.0.1:$(cat "$TGT_DIR/proxy.port")/${url#iscsi://*/}" \
+  2>"$TGT_DIR/early.log" &
+egw=$!
+on_exit kill -9 "$egw"
+for _ in $(seq 200); do [ -S "$early" ] && break; sleep 0.05; done
+[ -S "$early" ] || { cat "$TGT_DIR/early.log" >&2; fail "the early gateway did not start"; }
+kill -USR1 "$egw"
+for _ in $(seq 100); do grep -q "stats (SIGUSR1)" "$TGT_DIR/early.log" && break; sleep 0.1; done
+_lg_alive "$egw" || { cat "$TGT_DIR/early.log" >&2; fail "a SIGUSR1 while the plugin logs in killed nbdkit"; }
+grep -q "stats (SIGUSR1)" "$TGT_DIR/early.log" \
+  || { cat "$TGT_DIR/early.log" >&2; fail "a SIGUSR1 while the plugin logs in gave no stats"; }
+nbd_stop "$egw"
+
 # ---- the plugin: SIGUSR1 and exit ----
 sock="$TGT_DIR/nbd.sock"
 log="$TGT_DIR/nbdkit.log"

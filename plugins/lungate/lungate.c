@@ -137,25 +137,27 @@ stats_loop (void *arg)
   char c;
 
   (void) arg;
-  while (read (stats_pipe[0], &c, 1) == 1)
+  /* 1 from the handler; 0 from stop_stats (not an end of file: the pipe
+   * was made before nbdkit forked, and the other process keeps its
+   * write end). */
+  while (read (stats_pipe[0], &c, 1) == 1 && c == 1)
     log_stats ("SIGUSR1");
   return NULL;
 }
 
+/* The handler goes in before nbdkit listens (get_ready): nbdkit binds
+ * its socket before after_fork, which logs in, so a SIGUSR1 sent as soon
+ * as the socket appears found the default action and killed nbdkit
+ * (test-stats under load).  What arrives before the thread waits in the
+ * pipe. */
 static void
-start_stats (void)
+arm_stats (void)
 {
   struct sigaction sa;
 
-  if (pipe2 (stats_pipe, O_CLOEXEC) < 0)
+  if (stats_pipe[1] >= 0 || pipe2 (stats_pipe, O_CLOEXEC) < 0)
     return;
-  if (pthread_create (&stats_thread, NULL, stats_loop, NULL) != 0) {
-    close (stats_pipe[0]);
-    close (stats_pipe[1]);
-    stats_pipe[0] = stats_pipe[1] = -1;
-    return;
-  }
-  stats_thread_running = true;
+  fcntl (stats_pipe[1], F_SETFL, O_NONBLOCK);
   memset (&sa, 0, sizeof sa);
   sa.sa_handler = on_sigusr1;
   sa.sa_flags = SA_RESTART;
@@ -164,11 +166,29 @@ start_stats (void)
 }
 
 static void
+start_stats (void)
+{
+  if (stats_pipe[0] < 0)
+    return;
+  if (pthread_create (&stats_thread, NULL, stats_loop, NULL) != 0) {
+    signal (SIGUSR1, SIG_IGN);
+    return;
+  }
+  stats_thread_running = true;
+}
+
+static void
 stop_stats (void)
 {
+  char c = 0;
+
   if (!stats_thread_running)
     return;
   signal (SIGUSR1, SIG_IGN);
+  /* The write end does not block: a full pipe waits for the thread. */
+  while (write (stats_pipe[1], &c, 1) < 0
+         && (errno == EAGAIN || errno == EINTR))
+    usleep (1000);
   close (stats_pipe[1]);
   pthread_join (stats_thread, NULL);
   close (stats_pipe[0]);
@@ -544,6 +564,7 @@ lungate_get_ready (void)
 
   if (lungate_debug_verbose)
     lg_log_set_level (LG_LOG_TRACE);
+  arm_stats ();
 
   p = lg_pool_open (&login, portals, purl.target, 1, err, sizeof err);
   if (p == NULL) {
