@@ -75,7 +75,8 @@ res=$(reservation)
 echo "lio: released at close                   ok"
 
 # 5. kill -9 of the holder: refused without takeover, taken over from
-# this host with it; what was acknowledged is there.
+# this host with it; what was acknowledged is there; then taken over from
+# another host.
 nbd_gw c "url=$url"
 nbd_io c write 4 20 >/dev/null || fail "gateway c cannot write"
 kill -9 "${NBD_GW[c]}"; wait "${NBD_GW[c]}" 2>/dev/null
@@ -90,10 +91,17 @@ grep -q "took it over from a gateway on this host" "$TGT_DIR/e.log" \
 for u in 1:17 2:18 3:19 4:20; do
   [ "$(nbd_io e read "${u%:*}")" = "${u#*:}" ] || fail "unit ${u%:*} lost at the takeover"
 done
+# Taken over in turn by a gateway of another initiator name (another
+# host): PREEMPT works there; the preempted one fails its writes.
+nbd_gw other "url=$url" initiator=iqn.2026-12.org.lungate:otherhost takeover=true
+nbd_io other write 6 23 >/dev/null || { cat "$TGT_DIR/other.log"; fail "takeover from another host"; }
+r=$(nbd_io e write 7 1 2>/dev/null) && fail "the preempted gateway still writes"
+[ "$r" = EPERM ] || fail "the preempted gateway's write failed with $r, not EPERM"
+nbd_stop "${NBD_GW[other]}"
 nbd_stop "${NBD_GW[e]}"
 res=$(reservation)
 [ "$res" = "not reserved" ] || fail "after the takeover's close: '$res'"
-echo "lio: takeover from this host             ok"
+echo "lio: takeover from this host, another   ok"
 
 # 6. lungate mount with the default pool writes and flushes.
 "$LUNGATE" mount -f "$url" "$mnt" 2>"$TGT_DIR/mount.log" &
@@ -116,7 +124,7 @@ echo "lio: mount writes with 4 sessions        ok"
 # with a warning naming the cause.
 lio_ctl prdir off >/dev/null || fail "lio_ctl prdir off"
 nbd_gw nopr "url=$url"
-nbd_io nopr write 6 22 >/dev/null \
+nbd_io nopr write 8 22 >/dev/null \
   || { cat "$TGT_DIR/nopr.log"; fail "no writes when LIO cannot keep reservations"; }
 grep -q "the target refuses persistent reservations (.*communication failure" "$TGT_DIR/nopr.log" \
   || { cat "$TGT_DIR/nopr.log"; fail "no warning naming why reservations are not used"; }
