@@ -590,10 +590,75 @@ stats_text (size_t *len)
   return buf;
 }
 
+/* The text each open of .stats got, by a number of its own in fi->fh,
+ * never a pointer: libfuse may run a READ after the RELEASE of its file
+ * on another thread (a reader killed during the read), and a READ that
+ * finds its number gone reads nothing (AddressSanitizer found fs_read
+ * replying from a buffer fs_release had freed).  The lock is held while
+ * a read replies: the texts are small. */
 struct stats_fh {
+  uint64_t id;
   char *text;
   size_t len;
 };
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stats_fh *stats_open;
+static size_t nstats_open, stats_cap;
+static uint64_t stats_next_id = 1;
+
+/* A new open: its number, or 0 when out of memory. */
+static uint64_t
+stats_add (char *text, size_t len)
+{
+  uint64_t id = 0;
+
+  pthread_mutex_lock (&stats_lock);
+  if (nstats_open == stats_cap) {
+    size_t cap = stats_cap ? 2 * stats_cap : 8;
+    struct stats_fh *a = realloc (stats_open, cap * sizeof *a);
+
+    if (a == NULL)
+      goto out;
+    stats_open = a;
+    stats_cap = cap;
+  }
+  id = stats_next_id++;
+  stats_open[nstats_open++] = (struct stats_fh){ id, text, len };
+out:
+  pthread_mutex_unlock (&stats_lock);
+  return id;
+}
+
+static void
+stats_remove (uint64_t id)
+{
+  pthread_mutex_lock (&stats_lock);
+  for (size_t i = 0; i < nstats_open; i++)
+    if (stats_open[i].id == id) {
+      free (stats_open[i].text);
+      stats_open[i] = stats_open[--nstats_open];
+      break;
+    }
+  pthread_mutex_unlock (&stats_lock);
+}
+
+static void
+stats_read (fuse_req_t req, uint64_t id, size_t size, off_t off)
+{
+  const struct stats_fh *s = NULL;
+
+  pthread_mutex_lock (&stats_lock);
+  for (size_t i = 0; i < nstats_open && s == NULL; i++)
+    if (stats_open[i].id == id)
+      s = &stats_open[i];
+  if (s == NULL || off < 0 || (size_t) off >= s->len)
+    fuse_reply_buf (req, NULL, 0);
+  else
+    fuse_reply_buf (req, s->text + off,
+                    size < s->len - (size_t) off ? size
+                                                 : s->len - (size_t) off);
+  pthread_mutex_unlock (&stats_lock);
+}
 
 /* ---- files ---- */
 
@@ -612,14 +677,14 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     return;
   }
   if (nd->dev == NULL) {
-    struct stats_fh *s = calloc (1, sizeof *s);
+    size_t len;
+    char *text = stats_text (&len);
 
-    if (s == NULL || (s->text = stats_text (&s->len)) == NULL) {
-      free (s);
+    if (text == NULL || (fi->fh = stats_add (text, len)) == 0) {
+      free (text);
       fuse_reply_err (req, ENOMEM);
       return;
     }
-    fi->fh = (uint64_t) (uintptr_t) s;
     fi->direct_io = 1;
   }
   else if (the_fs->o.direct_io)
@@ -632,12 +697,8 @@ fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
 
-  if (nd && nd->dev == NULL && fi->fh) {
-    struct stats_fh *s = (struct stats_fh *) (uintptr_t) fi->fh;
-
-    free (s->text);
-    free (s);
-  }
+  if (nd && nd->dev == NULL && fi->fh)
+    stats_remove (fi->fh);
   fuse_reply_err (req, 0);
 }
 
@@ -727,14 +788,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   char *buf;
 
   if (nd->dev == NULL) {
-    struct stats_fh *s = (struct stats_fh *) (uintptr_t) fi->fh;
-
-    if ((size_t) off >= s->len)
-      fuse_reply_buf (req, NULL, 0);
-    else
-      fuse_reply_buf (req, s->text + off,
-                      size < s->len - (size_t) off ? size
-                                                   : s->len - (size_t) off);
+    stats_read (req, fi->fh, size, off);
     return;
   }
   if (off < 0 || (uint64_t) off >= nd->dev->size) {
