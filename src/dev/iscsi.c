@@ -38,6 +38,8 @@
 /* lg_dev_revalidate (a FUSE stat) probes the LUN at most this often even
  * when nothing said it changed: not every target reports a resize. */
 #define POLL_MS 3000
+/* A writer reads the reservation again at most this often (refused). */
+#define PR_POLL_MS 3000
 /* Commands per batch on the stack; larger batches are allocated. */
 #define STACK_CMDS 16
 
@@ -74,6 +76,7 @@ struct idev {
   atomic_int_fast64_t checked_ms; /* when last probed */
   struct lg_reserve *res;         /* write access (reserve.h) */
   atomic_uint pr_seen;            /* lg_pool_pr_events when last looked */
+  _Atomic int64_t pr_checked_ms;  /* the reservation last read (refused) */
   bool pinned;                    /* the pool checks the LUN at every login */
   pthread_mutex_t rmw[RMW_STRIPES];
 };
@@ -299,6 +302,9 @@ revalidate (struct idev *x, bool poll)
                                        : "");
       atomic_store (&x->seen_size, li.size);
     }
+    /* A LUN event or a login: the reservation may be gone with it. */
+    if (!atomic_load (&x->gone) && e != atomic_load (&x->epoch))
+      lg_reserve_recheck (x->res);
     x->seen_logins = logins;
     atomic_store (&x->epoch, e);
     atomic_store (&x->checked_ms, mono_ms ());
@@ -554,7 +560,7 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   struct abatch *b;
   unsigned n;
 
-  if (revalidate (to_idev (d), false) < 0 || (write && refused (x) < 0))
+  if ((write && refused (x) < 0) || revalidate (to_idev (d), false) < 0)
     return -1;
 
   /* Unaligned requests read-modify-write under locks, and FUA without
@@ -754,7 +760,9 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   uint64_t bs = x->bs;
   bool fua = (flags & LG_FUA) && x->dpofua;
 
-  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
+  /* refused first: it may wait on the target, and the LUN must be
+   * checked after that, just before the request goes out. */
+  if (refused (x) < 0 || revalidate (to_idev (d), false) < 0)
     return -1;
 
   if (off % bs != 0 || count < bs) {
@@ -846,7 +854,9 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   uint64_t first = (off + x->bs - 1) / x->bs;
   uint64_t end = (off + count) / x->bs;
 
-  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
+  /* refused first: it may wait on the target, and the LUN must be
+   * checked after that, just before the request goes out. */
+  if (refused (x) < 0 || revalidate (to_idev (d), false) < 0)
     return -1;
 
   /* Trim is a hint: only the whole blocks inside the range go. */
@@ -1046,7 +1056,9 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   bool unmap = (flags & LG_MAY_TRIM) && x->info.lbpws && x->info.lbprz;
   bool native = x->dev.can_zero && !atomic_load (&x->no_write_same);
 
-  if (revalidate (to_idev (d), false) < 0 || refused (x) < 0)
+  /* refused first: it may wait on the target, and the LUN must be
+   * checked after that, just before the request goes out. */
+  if (refused (x) < 0 || revalidate (to_idev (d), false) < 0)
     return -1;
 
   if (flags & LG_FAST_ZERO) {
@@ -1130,6 +1142,14 @@ refused (struct idev *x)
 {
   char msg[512];
   unsigned seen = atomic_load (&x->pr_seen), now = lg_pool_pr_events (x->pool);
+  int64_t t = mono_ms (), last = atomic_load (&x->pr_checked_ms);
+
+  /* tgt drops a LUN's reservation when the LUN is removed and added
+   * again (every resize), and tells the nexus nothing: a writer asks
+   * every PR_POLL_MS whether the reservation is still there. */
+  if (t - last >= PR_POLL_MS && !atomic_load (&x->gone)
+      && atomic_compare_exchange_strong (&x->pr_checked_ms, &last, t))
+    lg_reserve_recheck (x->res);
 
   if (now != seen && atomic_compare_exchange_strong (&x->pr_seen, &seen, now)
       && lg_pool_pr_taken (x->pool, x->lun, seen))
@@ -1285,6 +1305,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   snprintf (x->dev.name, sizeof x->dev.name, "%s/%d", lg_pool_target (p), lun);
   x->res = lg_reserve_new (p, lun, x->dev.name);
   atomic_init (&x->pr_seen, lg_pool_pr_events (p));
+  atomic_init (&x->pr_checked_ms, mono_ms ());
   if (x->res == NULL) {
     lg_pool_unwatch (p, x);
     snprintf (err, errlen, "out of memory");

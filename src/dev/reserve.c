@@ -677,6 +677,45 @@ after_login (struct lg_reserve *r, struct lg_session *s)
   return 0;
 }
 
+void
+lg_reserve_recheck (struct lg_reserve *r)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  struct lg_pr_state st;
+  char err[256], msg[256];
+
+  if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost))
+    return;
+  pthread_mutex_lock (&r->redo);
+  if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0)
+    ; /* the write's own path says what is wrong */
+  else if (st.reserved && st.holder != r->key) {
+    lg_pr_describe (&st, msg, sizeof msg);
+    snprintf (err, sizeof err, "now %s", msg);
+    set_lost (r, err);
+  }
+  else if (!st.reserved) {
+    if (register_all (r, msg, sizeof msg) == 0
+        && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0) {
+      lg_warn ("%s: the target had forgotten the reservation (the LUN was "
+               "reconfigured?): reserved it again",
+               r->name);
+      probe_writers (r);
+    }
+    else if (errno == EPERM) {
+      unregister_all (r);
+      set_lost (r,
+                "someone else reserved the LUN after the target had "
+                "forgotten ours");
+    }
+    else {
+      lg_warn ("%s: reserving it again: %s", r->name, msg);
+      atomic_store (&r->unsure, true);
+    }
+  }
+  pthread_mutex_unlock (&r->redo);
+}
+
 bool
 lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len)
 {
@@ -711,13 +750,13 @@ lg_reserve_refuses (struct lg_reserve *r, char *msg, size_t len)
 static unsigned
 unconfirmed (struct lg_reserve *r)
 {
-  unsigned n = lg_pool_doubts (r->p);
+  unsigned n = lg_pool_doubts (r->p, r->lun);
 
   for (int waited = 0; n > 0 && waited < RELEASE_WAIT_MS; waited += 100) {
     struct timespec ts = { 0, 100 * 1000 * 1000 };
 
     nanosleep (&ts, NULL);
-    n = lg_pool_doubts (r->p);
+    n = lg_pool_doubts (r->p, r->lun);
   }
   return n;
 }

@@ -52,6 +52,13 @@ int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s);
  * every session registers again (lg_reserve_refuses does). */
 void lg_reserve_unsure (struct lg_reserve *r);
 
+/* The target said the LUN may have changed (a reset, REPORTED LUNS DATA
+ * HAS CHANGED: tgt forgets a LUN's reservation when it is removed and
+ * added again): the reservation is read, and taken again when the
+ * target forgot it, or counted lost when someone else holds it.  On a
+ * requesting thread, before the request goes out. */
+void lg_reserve_recheck (struct lg_reserve *r);
+
 /* A write came back with RESERVATION CONFLICT. */
 void lg_reserve_conflict (struct lg_reserve *r);
 /* A unit attention said the reservation was preempted or released. */

@@ -118,6 +118,20 @@ lg_fence_make_permanent (struct lg_fence *f, struct lg_doubt *d)
 }
 
 unsigned
+lg_fence_count_lun (struct lg_fence *f, int lun)
+{
+  unsigned n = 0;
+
+  pthread_mutex_lock (&f->lock);
+  for (const struct lg_doubt *d = f->head; d; d = d->next)
+    n += d->lun == lun;
+  if (atomic_load (&f->broken))
+    n++;
+  pthread_mutex_unlock (&f->lock);
+  return n;
+}
+
+unsigned
 lg_fence_count (const struct lg_fence *f)
 {
   return atomic_load (&f->n);

@@ -61,6 +61,9 @@ int lg_fence_wait (struct lg_fence *f, int lun, uint64_t lba, uint64_t nblocks,
 /* Doubts now (a hint without the lock: 0 means nothing to wait for, for a
  * write that was not yet issued). */
 unsigned lg_fence_count (const struct lg_fence *f);
+/* Doubts of lun now (under the lock; a broken fence counts for every
+ * LUN). */
+unsigned lg_fence_count_lun (struct lg_fence *f, int lun);
 
 /* Whether cdb changes the medium, and which blocks: *nblocks is
  * UINT64_MAX - *lba for commands whose range is not in the CDB (UNMAP's

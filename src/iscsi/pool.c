@@ -316,9 +316,9 @@ lg_pool_lun_events (const struct lg_pool *p)
 }
 
 unsigned
-lg_pool_doubts (const struct lg_pool *p)
+lg_pool_doubts (const struct lg_pool *p, int lun)
 {
-  return lg_fence_count (p->fence);
+  return lg_fence_count_lun (p->fence, lun);
 }
 
 int

@@ -76,8 +76,8 @@ bool lg_pool_cdb_reads (const uint8_t *cdb);
 /* Which session of p s is, or -1. */
 int lg_pool_index (const struct lg_pool *p, const struct lg_session *s);
 
-/* Writes of unknown outcome in the pool's fence (fence.h), any LUN. */
-unsigned lg_pool_doubts (const struct lg_pool *p);
+/* Writes of unknown outcome to lun in the pool's fence (fence.h). */
+unsigned lg_pool_doubts (const struct lg_pool *p, int lun);
 
 /* Session i of the pool, or NULL. */
 struct lg_session *lg_pool_session (const struct lg_pool *p, unsigned i);
