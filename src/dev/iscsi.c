@@ -1147,13 +1147,13 @@ refused (struct idev *x)
   /* tgt drops a LUN's reservation when the LUN is removed and added
    * again (every resize), and tells the nexus nothing: a writer asks
    * every PR_POLL_MS whether the reservation is still there. */
-  if (t - last >= PR_POLL_MS && !atomic_load (&x->gone)
-      && atomic_compare_exchange_strong (&x->pr_checked_ms, &last, t))
-    lg_reserve_recheck (x->res);
 
   if (now != seen && atomic_compare_exchange_strong (&x->pr_seen, &seen, now)
       && lg_pool_pr_taken (x->pool, x->lun, seen))
     lg_reserve_taken (x->res);
+  if (t - last >= PR_POLL_MS && !atomic_load (&x->gone)
+      && atomic_compare_exchange_strong (&x->pr_checked_ms, &last, t))
+    lg_reserve_recheck (x->res);
   if (!lg_reserve_refuses (x->res, msg, sizeof msg))
     return 0;
   lg_debug ("%s", msg);

@@ -684,7 +684,10 @@ lg_reserve_recheck (struct lg_reserve *r)
   struct lg_pr_state st;
   char err[256], msg[256];
 
-  if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost))
+  /* After a conflict or a preempt's unit attention, the doubt decides:
+   * a LUN preempted and then released must not be taken back. */
+  if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost)
+      || atomic_load (&r->doubt))
     return;
   pthread_mutex_lock (&r->redo);
   if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0)
