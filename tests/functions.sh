@@ -623,6 +623,10 @@ tgt_chap_mutual ()
 }
 
 _lg_make_scratch
+# The gateways' runtime files (src/util/alive.h: how a gateway of this
+# host is proven dead) are the test's own, not the user's.
+export XDG_RUNTIME_DIR=$_LG_SCRATCH/run
+mkdir -m 0700 "$XDG_RUNTIME_DIR" || fail "cannot create $XDG_RUNTIME_DIR"
 
 # ---------------------------------------------------------------------------
 # A file-system round trip through lungate mount (the interop tests).

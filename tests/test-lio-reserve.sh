@@ -74,12 +74,19 @@ res=$(reservation)
 [ "$res" = "not reserved" ] || fail "after close: '$res', not 'not reserved'"
 echo "lio: released at close                   ok"
 
-# 5. kill -9 of the holder: refused without takeover, taken over from
-# this host with it; what was acknowledged is there; then taken over from
-# another host.
+# 5. kill -9 of the holder: taken back without takeover (proven dead: its
+# runtime file's lock is free), as its own nexus, and LIO answers the
+# LUN RESET; a holder that cannot be proven dead (its runtime file
+# removed) is refused without takeover, taken over from this host with
+# it; what was acknowledged is there; then taken over from another host.
+nbd_gw b2 "url=$url"
+nbd_io b2 write 4 19 >/dev/null || fail "gateway b2 cannot write"
+kill -9 "${NBD_GW[b2]}"; wait "${NBD_GW[b2]}" 2>/dev/null
 nbd_gw c "url=$url"
-nbd_io c write 4 20 >/dev/null || fail "gateway c cannot write"
+nbd_io c write 4 20 >/dev/null || { cat "$TGT_DIR/c.log"; fail "a dead holder of this host was not taken back"; }
+grep -q "LUN RESET complete" "$TGT_DIR/c.log" || { cat "$TGT_DIR/c.log"; fail "LIO: no LUN RESET confirmed"; }
 kill -9 "${NBD_GW[c]}"; wait "${NBD_GW[c]}" 2>/dev/null
+rm -f "$XDG_RUNTIME_DIR"/lungate/lungate-*.alive
 nbd_gw d "url=$url"
 nbd_io d write 5 1 >/dev/null 2>&1 && fail "a dead holder's LUN was written without takeover"
 nbd_stop "${NBD_GW[d]}"

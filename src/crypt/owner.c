@@ -16,6 +16,7 @@
 
 #include "crypt/owner.h"
 #include "iscsi/pr.h"
+#include "util/alive.h"
 #include "util/log.h"
 
 #define MAGIC "LGOWNER\0"
@@ -26,8 +27,10 @@ struct lg_owner {
   char name[300];
   uint64_t key;
   struct lg_owner_rec mine;
+  uint64_t dead; /* the key of a dead holder of this host, taken back */
   uint8_t last[LG_OWNER_SIZE]; /* what we wrote last (heartbeat thread) */
   atomic_bool lost;
+  bool keep; /* lg_owner_keep */
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool stopping;
@@ -166,6 +169,16 @@ in_use (const char *name, const struct lg_owner_rec *r, bool takeover,
   return -1;
 }
 
+/* Whether r is a gateway of this host that has ended: proven only by its
+ * runtime file (util/alive.h); a host name alone proves nothing (clones
+ * share them).  *pid says which process it was. */
+static bool
+owner_dead (const struct lg_owner *o, const struct lg_owner_rec *r, pid_t *pid)
+{
+  return strcmp (r->host, o->mine.host) == 0
+      && lg_alive_dead (r->key, pid) == 1;
+}
+
 /* One try: 0 claimed, 1 lost a race (try again), -1 refused or failed. */
 static int
 try_claim (struct lg_owner *o, bool takeover, bool *took, char *err,
@@ -181,8 +194,18 @@ try_claim (struct lg_owner *o, bool takeover, bool *took, char *err,
   *took = false;
   if (r.valid && r.key != o->key) {
     bool stale = now_s () >= r.heartbeat + LG_OWNER_STALE_S;
+    pid_t pid;
 
-    if (!stale || !takeover)
+    /* A gateway of this host that died holding it (kill -9, a crash):
+     * its volume comes back without --takeover. */
+    if (owner_dead (o, &r, &pid)) {
+      if (o->dead != r.key)
+        lg_warn ("%s: the owner record names this host's pid %ld, which is "
+                 "no longer running: taking the volume back",
+                 o->name, (long) pid);
+      o->dead = r.key;
+    }
+    else if (!stale || !takeover)
       return in_use (o->name, &r, takeover, err, errlen);
     *took = true;
   }
@@ -295,6 +318,12 @@ lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
+  /* Before the record names this process: the proof that it ended, for
+   * the next gateway of this host. */
+  if (lg_alive_mark (o->key) < 0)
+    lg_debug ("%s: cannot keep a runtime file (%m): if this gateway dies "
+              "holding the volume, the next one needs --takeover",
+              name);
   for (int i = 0; i < 5 && r == 1; i++)
     r = try_claim (o, takeover, took, err, errlen);
   if (r == 1) {
@@ -316,7 +345,17 @@ lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
     errno = err_no;
     return NULL;
   }
+  if (o->dead)
+    lg_alive_forget (o->dead);
   return o;
+}
+
+void
+lg_owner_keep (struct lg_owner *o, bool keep)
+{
+  o->keep = keep;
+  if (keep)
+    lg_alive_keep ();
 }
 
 bool
@@ -339,7 +378,7 @@ lg_owner_release (struct lg_owner *o)
   pthread_cond_signal (&o->cond);
   pthread_mutex_unlock (&o->lock);
   pthread_join (o->thread, NULL);
-  if (!atomic_load (&o->lost) && read_block (o->lower, b) == 0) {
+  if (!o->keep && !atomic_load (&o->lost) && read_block (o->lower, b) == 0) {
     lg_owner_parse (&b[0], &r);
     if (r.valid && r.key == o->key
         && write_block (o->lower, b, zero, &checked) < 0)

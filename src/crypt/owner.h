@@ -11,7 +11,8 @@
  *
  * Claiming reads the record; a record of someone else with a heartbeat
  * younger than LG_OWNER_STALE_S refuses, an older one refuses unless
- * taking over.  The new record is written with COMPARE AND WRITE against
+ * taking over; a record of a gateway of this host proven dead
+ * (util/alive.h) is taken over at once, without being asked.  The new record is written with COMPARE AND WRITE against
  * the bytes read where the LUN has it (a race loses cleanly), else
  * written and read back LG_OWNER_SETTLE_MS later (the later writer of
  * two wins, the other sees it and refuses).  The heartbeat thread finds
@@ -66,7 +67,12 @@ struct lg_owner *lg_owner_claim (struct lg_dev *lower, const char *name,
                                  size_t errlen);
 /* Whether another gateway took the record (writes must fail). */
 bool lg_owner_lost (struct lg_owner *o);
-/* Stops the heartbeat, clears the record if it is still ours, frees. */
+/* keep: the record must outlive this process (what it took over could
+ * not be fenced yet): release leaves it, and the proof that this process
+ * ended (util/alive.h) stays. */
+void lg_owner_keep (struct lg_owner *o, bool keep);
+/* Stops the heartbeat, clears the record if it is still ours (and not
+ * kept), frees. */
 void lg_owner_release (struct lg_owner *o);
 
 #endif

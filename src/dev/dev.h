@@ -21,6 +21,10 @@
 
 #define LG_CLAIM_TAKEOVER 0x01 /* claim: preempt a holder that is gone */
 #define LG_CLAIM_SHARED 0x02   /* claim: no exclusive access (plain LUNs) */
+/* claim, on a device claimed already (the owner record above it was just
+ * taken from another gateway): confirms that no command of the previous
+ * writer can still execute (dev/reserve.c, fence) before returning 0. */
+#define LG_CLAIM_RESET 0x04
 
 struct lg_dev;
 

@@ -1176,6 +1176,8 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   bool no_pr;
   int r;
 
+  if (flags & LG_CLAIM_RESET)
+    return lg_reserve_fence (x->res, err, errlen);
   /* Pinned first: a session that logs in during the claim registers. */
   if (!x->pinned && !(flags & LG_CLAIM_SHARED)) {
     if (lg_pool_pin (x->pool, x->lun, true) < 0) {

@@ -14,6 +14,7 @@
 
 #include "dev/dev.h"
 #include "dev/reserve.h"
+#include "util/alive.h"
 #include "util/log.h"
 
 enum mode {
@@ -41,6 +42,10 @@ struct lg_reserve {
   /* The session holding the reservation, where only it may write (the
    * probe found so), or -1. */
   _Atomic int holder;
+  /* Taken from another holder, but the target did not confirm that its
+   * commands can no longer execute: held, and not to be written, until a
+   * claim confirms it (lg_reserve_fence). */
+  bool unfenced;
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -320,6 +325,90 @@ clear_as_holder (struct lg_reserve *r, const struct lg_pr_state *st, char *msg,
   return clear_on_nexus (r, isid, st->holder, msg, len);
 }
 
+/* Whether the holder is a gateway of this host that has ended, proven:
+ * by its runtime file (util/alive.h), or by a process start before this
+ * host's last boot on a nexus of this host's initiator name (the key's
+ * host part is a 12-bit hash: never proof alone).  how says which. */
+static bool
+holder_dead (struct lg_reserve *r, uint64_t holder, char *how, size_t len)
+{
+  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
+  const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
+  char name[256], why[256];
+  uint8_t isid[6];
+  uint64_t boot = lg_boot_time ();
+  pid_t pid;
+  int d;
+
+  if (!lg_pr_key_here (holder))
+    return false;
+  if ((d = lg_alive_dead (holder, &pid)) >= 0) {
+    if (d == 1)
+      snprintf (how, len, "pid %ld, which is no longer running", (long) pid);
+    return d == 1;
+  }
+  if (boot == 0 || lg_pr_key_started (holder) >= boot
+      || lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why,
+                            sizeof why)
+             < 0
+      || strcasecmp (name, l->initiator_name) != 0)
+    return false;
+  snprintf (how, len, "started before this host's last boot");
+  return true;
+}
+
+/* The LUN was just taken from another holder, which may have died with a
+ * write still executing in the target; it would land over what this
+ * gateway writes next.  Before the first write, a LUN RESET on a session
+ * of its own, and the target's answer: what that confirms per target is
+ * established in iscsi/recovery.c (tgt answers only once every task of
+ * the LUN, the dead nexus's too, has finished; LIO drains them the same
+ * way; istgt answers at once, its own ordering then being the only
+ * guarantee).  Waits as long as the outage budget, at least
+ * RESET_WAIT_MIN_S, for ever with a budget of -1.  0, or -1 with err:
+ * the reservation is then kept (and the proof that this process ended),
+ * nothing is written, and the next gateway of this host takes it back
+ * the same way. */
+#define RESET_WAIT_MIN_S 30
+int
+lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen)
+{
+  const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
+  int wait = l->io_timeout < 0               ? -1
+      : l->io_timeout < RESET_WAIT_MIN_S ? RESET_WAIT_MIN_S
+                                         : l->io_timeout;
+  struct lg_session *s;
+  char why[256];
+  int ret;
+
+  lg_warn ("%s: confirming that no command of the previous holder can still "
+           "execute (LUN RESET) before the first write",
+           r->name);
+  s = lg_session_open (l, lg_pool_portal (r->p), lg_pool_target (r->p), NULL,
+                       why, sizeof why);
+  if (s == NULL)
+    ret = -1;
+  else {
+    ret = lg_session_lun_reset (s, r->lun, wait, why, sizeof why);
+    lg_session_close (s);
+  }
+  if (ret == 0) {
+    lg_warn ("%s: LUN RESET complete: the previous holder's commands can no "
+             "longer execute",
+             r->name);
+    return 0;
+  }
+  lg_alive_keep ();
+  snprintf (err, errlen,
+            "%s: took it over, but the target did not confirm that the "
+            "previous holder's commands can no longer execute (%s): nothing "
+            "written, and the LUN stays reserved to this gateway's key; try "
+            "again later",
+            r->name, why);
+  errno = EIO;
+  return -1;
+}
+
 /* Takes the reservation from st->holder: registered first, then PREEMPT,
  * which removes every registration of the holder's key. */
 static int
@@ -414,6 +503,7 @@ static int
 claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
             char *err, size_t errlen)
 {
+  char how[128], who[160];
   int w;
 
   /* A holder with this process's key is another process that made the
@@ -423,6 +513,16 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
     return reserve (r, err, errlen);
   if (flags & LG_CLAIM_TAKEOVER && st->holder != r->key)
     return take_over (r, st, err, errlen);
+  /* A gateway of this host that died holding it (kill -9, a crash, a
+   * power cut): its LUN comes back without --takeover. */
+  if (st->holder != r->key && holder_dead (r, st->holder, how, sizeof how)) {
+    lg_pr_describe_key (st->holder, who, sizeof who);
+    lg_warn ("%s: held by %s, %s: taking it back", r->name, who, how);
+    w = take_over (r, st, err, errlen);
+    if (w > 0)
+      lg_alive_forget (st->holder);
+    return w;
+  }
   if ((w = wait_for_holder (r, st, err, errlen)) == 0)
     return claim_held (r, st, flags, err, errlen);
   return w < 0 ? -1 : in_use (r, st, err, errlen);
@@ -457,6 +557,14 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
     return 0;
   if (lg_reserve_read (r->p, r->lun, &st, err, errlen) < 0)
     return -1;
+  if (r->unfenced && st.reserved && st.holder == r->key) {
+    if (lg_reserve_fence (r, err, errlen) < 0)
+      return -1;
+    r->unfenced = false;
+    probe_writers (r);
+    atomic_store (&r->mode, MODE_HELD);
+    return 1;
+  }
   /* LUNGATE_TEST_IGNORE_PR: behave as on a target without persistent
    * reservations (test-header-race runs several writers so); never for
    * use. */
@@ -476,8 +584,15 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
     atomic_store (&r->mode, MODE_SHARED);
     return 0;
   }
+  /* Before anything is reserved under the key: the proof that this
+   * process ended, for the next gateway of this host. */
+  if (lg_alive_mark (r->key) < 0)
+    lg_debug ("%s: cannot keep a runtime file (%m): if this gateway dies "
+              "holding the LUN, the next one needs --takeover",
+              r->name);
   atomic_store (&r->mode, MODE_CLAIMING);
-  if ((ret = claim_held (r, &st, flags, err, errlen)) < 0) {
+  if ((ret = claim_held (r, &st, flags, err, errlen)) < 0
+      || (ret == 1 && (r->unfenced = lg_reserve_fence (r, err, errlen) < 0))) {
     atomic_store (&r->mode, MODE_NONE);
     if (errno == ENOTSUP)
       return unusable (r, no_pr, err);
@@ -785,6 +900,7 @@ release (struct lg_reserve *r)
              "confirmed that %s cannot; the LUN stays reserved to this "
              "gateway (take it over when the target has settled)",
              r->name, n, n == 1 ? "" : "s", n == 1 ? "it" : "they");
+    lg_alive_keep ();
     return;
   }
   if (lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) == 0)

@@ -44,6 +44,13 @@ void lg_reserve_free (struct lg_reserve *r);
 int lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr,
                       char *err, size_t errlen);
 
+/* The LUN was taken from another writer (by a claim here, or by the
+ * owner record above): a LUN RESET, and its answer awaited, before the
+ * first write (reserve.c says what it confirms, and how long it waits).
+ * 0, or -1 with err: then nothing may be written, and the LUN must stay
+ * held (its runtime file kept, util/alive.h). */
+int lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen);
+
 /* After a login of s: 0, or -2 when the reservation could not be checked
  * (what s held for the LUN fails). */
 int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s);

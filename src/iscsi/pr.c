@@ -117,6 +117,23 @@ lg_pr_parse_keys (const uint8_t *d, size_t n, struct lg_pr_state *st)
   return 0;
 }
 
+bool
+lg_pr_key_here (uint64_t key)
+{
+  lg_pr_my_key ();
+  return key >> 56 == KEY_MAGIC
+      && ((key >> (SEC_BITS + RND_BITS)) & ((1u << HOST_BITS) - 1))
+      == host_hash (my_host);
+}
+
+uint64_t
+lg_pr_key_started (uint64_t key)
+{
+  if (key >> 56 != KEY_MAGIC)
+    return 0;
+  return ((key >> RND_BITS) & ((1ull << SEC_BITS) - 1)) + EPOCH_2024;
+}
+
 void
 lg_pr_describe_key (uint64_t key, char *buf, size_t len)
 {
@@ -132,8 +149,7 @@ lg_pr_describe_key (uint64_t key, char *buf, size_t len)
   }
   if (gmtime_r (&t, &tm))
     strftime (when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  if (((key >> (SEC_BITS + RND_BITS)) & ((1u << HOST_BITS) - 1))
-      == host_hash (my_host))
+  if (lg_pr_key_here (key))
     snprintf (buf, len, "a gateway on this host (%s) since %s", my_host, when);
   else
     snprintf (buf, len, "a gateway on another host since %s", when);

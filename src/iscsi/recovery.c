@@ -47,10 +47,12 @@
  */
 #include <config.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 
@@ -431,7 +433,12 @@ tmf_cb (struct iscsi_context *ctx, int status, void *command_data,
     }
   if (status == SCSI_STATUS_GOOD && command_data)
     r = (int) *(uint32_t *) command_data;
-  if (t->reset)
+  if (t->wait) {
+    t->wait->status = status;
+    t->wait->answer = r;
+    t->wait->done = true;
+  }
+  else if (t->reset)
     reset_done (s, t, status, r);
   else
     abort_done (s, t, status, r);
@@ -569,7 +576,11 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
     struct tmf *t = s->tmfs;
 
     s->tmfs = t->next;
-    if (!t->reset)
+    if (t->wait) {
+      t->wait->status = SCSI_STATUS_CANCELLED;
+      t->wait->done = true;
+    }
+    else if (!t->reset)
       abort_done (s, t, SCSI_STATUS_CANCELLED, -1);
     free (t);
   }
@@ -615,4 +626,70 @@ lg_s_recover (struct lg_session *s)
    * just issued (nobody else does). */
   if (s->loop_napping && s->poller == POLLER_NONE)
     lg_s_wake (s);
+}
+
+/* ---- a LUN RESET a caller waits for (session.h) ---- */
+
+#define RESET_NOTE_MS 10000
+
+int
+lg_session_lun_reset (struct lg_session *s, int lun, int wait_s, char *msg,
+                      size_t len)
+{
+  struct tmf_wait w = { false, SCSI_STATUS_CANCELLED, -1 };
+  struct tmf *t = NULL;
+  int64_t start = lg_mono_ms (), noted = start, now;
+
+  pthread_mutex_lock (&s->lock);
+  for (;;) {
+    now = lg_mono_ms ();
+    if (t == NULL && s->up && !s->recovering && !s->broken) {
+      if ((t = send_tmf (s, ISCSI_TM_LUN_RESET, lun, NULL)) == NULL) {
+        pthread_mutex_unlock (&s->lock);
+        snprintf (msg, len, "LUN RESET: cannot send it");
+        errno = EIO;
+        return -1;
+      }
+      t->wait = &w;
+      lg_s_flush_out (s);
+      lg_s_wake (s);
+    }
+    if (w.done || s->failing)
+      break;
+    if (wait_s >= 0 && now - start >= (int64_t) wait_s * 1000)
+      break;
+    if (now - noted >= RESET_NOTE_MS) {
+      noted = now;
+      lg_info ("%s/%d: still waiting for the target's answer to LUN RESET "
+               "(%.0f s): a command of the previous holder may still be "
+               "running there",
+               s->target, lun, (double) (now - start) / 1000);
+    }
+    pthread_mutex_unlock (&s->lock);
+    nanosleep (&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
+    pthread_mutex_lock (&s->lock);
+  }
+  /* Not answered: the answer, if it comes, goes nowhere. */
+  for (struct tmf *e = s->tmfs; t && !w.done && e; e = e->next)
+    if (e == t)
+      e->wait = NULL;
+  pthread_mutex_unlock (&s->lock);
+  if (w.done && w.status == SCSI_STATUS_GOOD
+      && w.answer == ISCSI_TMR_FUNC_COMPLETE)
+    return 0;
+  if (w.done && w.status == SCSI_STATUS_GOOD) {
+    snprintf (msg, len, "LUN RESET: the target answered \"%s\"",
+              tmf_answer (w.answer));
+    errno = EPROTO;
+  }
+  else if (w.done || s->failing) {
+    snprintf (msg, len, "LUN RESET: the connection was lost before the "
+                        "answer");
+    errno = EIO;
+  }
+  else {
+    snprintf (msg, len, "LUN RESET: no answer within %d s", wait_s);
+    errno = ETIMEDOUT;
+  }
+  return -1;
 }

@@ -69,11 +69,19 @@ enum cmd_state {
   CMD_ABORTING, /* s->inflight, and an ABORT TASK for it is in flight */
 };
 
+/* Where lg_session_lun_reset waits for its answer (s->lock). */
+struct tmf_wait {
+  bool done;
+  int status; /* SCSI_STATUS_GOOD when answered */
+  int answer; /* ISCSI_TMR_* */
+};
+
 /* A task management function in flight (ABORT TASK or LUN RESET). */
 struct tmf {
   struct tmf *next; /* s->tmfs */
   struct lg_session *s;
   bool reset; /* LUN RESET of a recovery, else ABORT TASK */
+  struct tmf_wait *wait; /* a LUN RESET lg_session_lun_reset waits for */
   int lun;
   struct lg_cmd *cmd;     /* ABORT TASK: the command, until it completes */
   struct lg_doubt *doubt; /* ABORT TASK: its doubt, until resolved */

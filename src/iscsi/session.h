@@ -197,6 +197,14 @@ void lg_session_exec (struct lg_session *s, struct lg_cmd *cmd);
 /* The same for lg_shared.validate: the command goes out while the session
  * holds everything else, and fails at once when the connection goes. */
 void lg_session_exec_now (struct lg_session *s, struct lg_cmd *cmd);
+/* Sends a LUN RESET for lun on s (once it is logged in) and waits up to
+ * wait_s seconds (< 0: for ever) for the target's answer, saying every
+ * 10 s that it still waits: 0 when the target answered "function
+ * complete" (recovery.c says what that confirms), else -1 with errno
+ * (ETIMEDOUT, EIO when the connection was lost, EPROTO for another
+ * answer) and msg. */
+int lg_session_lun_reset (struct lg_session *s, int lun, int wait_s, char *msg,
+                          size_t len);
 /* One SCSI task so, with buf (buflen bytes, or NULL) as its data buffer:
  * 0, or -1 with errno set and a sentence in msg. */
 int lg_session_task_now (struct lg_session *s, int lun, struct scsi_task *task,

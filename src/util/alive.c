@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Whether the gateway behind a reservation key still runs (alive.h). */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/alive.h"
+
+#define MAX_MARKS 4
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  uint64_t key;
+  int fd;
+} marks[MAX_MARKS];
+static unsigned nmarks;
+static bool exit_armed;
+
+/* The runtime directory (alive.h), created when create: 0, or -1. */
+static int
+runtime_dir (char *buf, size_t len, bool create)
+{
+  const char *xdg = getenv ("XDG_RUNTIME_DIR");
+  struct stat st;
+  int n;
+
+  if (xdg && xdg[0] == '/')
+    n = snprintf (buf, len, "%s/lungate", xdg);
+  else if (geteuid () == 0)
+    n = snprintf (buf, len, "/run/lungate");
+  else
+    n = snprintf (buf, len, "/tmp/lungate-%u", (unsigned) geteuid ());
+  if (n < 0 || (size_t) n >= len) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  if (create && mkdir (buf, 0700) < 0 && errno != EEXIST)
+    return -1;
+  if (lstat (buf, &st) < 0)
+    return -1;
+  if (!S_ISDIR (st.st_mode) || st.st_uid != geteuid ()
+      || (st.st_mode & 022) != 0) {
+    errno = EPERM; /* somebody else's: not trusted */
+    return -1;
+  }
+  return 0;
+}
+
+static int
+key_path (uint64_t key, char *buf, size_t len, bool create)
+{
+  char dir[4096 - 40];
+  int n;
+
+  if (runtime_dir (dir, sizeof dir, create) < 0)
+    return -1;
+  n = snprintf (buf, len, "%s/lungate-%016" PRIx64 ".alive", dir, key);
+  if (n < 0 || (size_t) n >= len) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return 0;
+}
+
+/* A clean exit removes its files (a process that keeps a LUN it could
+ * not release keeps them: lg_alive_keep). */
+static bool keep;
+
+static void
+at_exit (void)
+{
+  char path[4096];
+
+  pthread_mutex_lock (&lock);
+  for (unsigned i = 0; i < nmarks; i++) {
+    if (!keep && key_path (marks[i].key, path, sizeof path, false) == 0)
+      unlink (path);
+    close (marks[i].fd);
+  }
+  nmarks = 0;
+  pthread_mutex_unlock (&lock);
+}
+
+void
+lg_alive_keep (void)
+{
+  pthread_mutex_lock (&lock);
+  keep = true;
+  pthread_mutex_unlock (&lock);
+}
+
+int
+lg_alive_mark (uint64_t key)
+{
+  char path[4096], pid[32];
+  int fd, ret = -1, e;
+
+  pthread_mutex_lock (&lock);
+  for (unsigned i = 0; i < nmarks; i++)
+    if (marks[i].key == key) {
+      ret = 0;
+      goto out;
+    }
+  if (nmarks == MAX_MARKS) {
+    errno = ENOSPC;
+    goto out;
+  }
+  if (key_path (key, path, sizeof path, true) < 0)
+    goto out;
+  fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    goto out;
+  /* Held by a live process: another gateway has this very key. */
+  if (flock (fd, LOCK_EX | LOCK_NB) < 0 || ftruncate (fd, 0) < 0) {
+    e = errno;
+    close (fd);
+    errno = e;
+    goto out;
+  }
+  snprintf (pid, sizeof pid, "%ld\n", (long) getpid ());
+  if (write (fd, pid, strlen (pid)) < 0) {
+    e = errno;
+    close (fd);
+    errno = e;
+    goto out;
+  }
+  marks[nmarks].key = key;
+  marks[nmarks].fd = fd;
+  nmarks++;
+  if (!exit_armed)
+    exit_armed = atexit (at_exit) == 0;
+  ret = 0;
+out:
+  pthread_mutex_unlock (&lock);
+  return ret;
+}
+
+int
+lg_alive_dead (uint64_t key, pid_t *pid)
+{
+  char path[4096], buf[32];
+  ssize_t n;
+  int fd, ret;
+
+  *pid = 0;
+  if (key_path (key, path, sizeof path, false) < 0)
+    return -1;
+  fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return -1;
+  if (flock (fd, LOCK_SH | LOCK_NB) == 0)
+    ret = 1;
+  else
+    ret = errno == EWOULDBLOCK ? 0 : -1;
+  n = pread (fd, buf, sizeof buf - 1, 0);
+  if (n > 0) {
+    buf[n] = '\0';
+    *pid = (pid_t) strtol (buf, NULL, 10);
+  }
+  close (fd);
+  return ret;
+}
+
+void
+lg_alive_forget (uint64_t key)
+{
+  char path[4096];
+  pid_t pid;
+
+  /* Only while it is still dead (a file is never reused: keys are). */
+  if (lg_alive_dead (key, &pid) == 1
+      && key_path (key, path, sizeof path, false) == 0)
+    unlink (path);
+}
+
+uint64_t
+lg_boot_time (void)
+{
+  FILE *f = fopen ("/proc/stat", "re");
+  char line[256];
+  unsigned long long t = 0;
+
+  if (f == NULL)
+    return 0;
+  while (fgets (line, sizeof line, f))
+    if (sscanf (line, "btime %llu", &t) == 1)
+      break;
+  fclose (f);
+  return t;
+}

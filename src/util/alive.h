@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Whether the gateway behind a reservation key still runs on this host.
+ *
+ * A gateway about to hold a LUN (a reservation, an owner record) marks
+ * its key: it creates "lungate-<key>.alive" (its pid inside) in its
+ * runtime directory and holds an exclusive flock on it for the life of
+ * the process, which the kernel drops when the process ends however it
+ * ends (kill -9, OOM).  Another gateway of this host that finds the LUN
+ * held under that key opens the file and tries the lock: taken, the
+ * holder is dead, proven; refused, it runs; no file, nothing is known
+ * (another user's or another container's gateway, whose runtime
+ * directory is not this one, or a file removed): the LUN stays refused.
+ *
+ * The directory: $XDG_RUNTIME_DIR/lungate, else /run/lungate for root,
+ * else /tmp/lungate-<uid>; created mode 0700 and used only when it is a
+ * directory of this user's that nobody else can write.  The file of a
+ * clean exit is removed; a killed gateway's stays until a gateway takes
+ * its LUN back (lg_alive_forget) or the runtime directory is emptied at
+ * boot.
+ *
+ * Threads: any; marking is done once per key.
+ */
+#ifndef LG_UTIL_ALIVE_H
+#define LG_UTIL_ALIVE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Marks key as this process's: 0, or -1 with errno (the process then
+ * cannot be proven dead later; nothing else changes). */
+int lg_alive_mark (uint64_t key);
+
+/* 1: the process that marked key has ended (*pid says which it was);
+ * 0: it runs; -1: not known here. */
+int lg_alive_dead (uint64_t key, pid_t *pid);
+
+/* This process keeps a LUN it could not release: its files stay at
+ * exit, so that the next gateway can prove it dead. */
+void lg_alive_keep (void);
+
+/* Removes the file of a dead process whose LUN was taken back. */
+void lg_alive_forget (uint64_t key);
+
+/* This host's boot, Unix seconds (/proc/stat btime), or 0. */
+uint64_t lg_boot_time (void);
+
+#endif
