@@ -13,7 +13,10 @@
 #   serial: B has A's size but another serial (scsi_sn);
 #   crypt:  A and B are encrypted volumes of one size, under one key, with
 #           the same serial: only the header UUID differs;
-#   held-size, held-crypt: the same as size and crypt, but the second write
+#   default: A and B plain, one size, tgt's default serial and designators:
+#           only what the gateway last wrote differs;
+#   held-size, held-crypt, held-default: the same as size, crypt and
+#           default, but the second write
 #           is made during the outage, so that the session holds it when
 #           it logs in again: it must fail too, and not reach B.
 #
@@ -27,8 +30,9 @@
 # file under the same numbers looks identical, unless scsi_sn / scsi_id
 # were set (tgtadm --op update --mode logicalunit --params scsi_sn=...).
 # So a plain LUN replaced by one of the same size with default serial and
-# designators cannot be told apart (see README, Limits); this test covers
-# what can be.
+# designators is told apart only by content: the blocks the gateway last
+# wrote, read back after the login (src/dev/known.h; rounds default and
+# held-default).
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
@@ -149,4 +153,10 @@ round held-size 4 16M 32M "" "" "" \
   "/1: the LUN changed identity during the outage \(capacity 16777216 -> 33554432 bytes\)" held
 round held-crypt 5 16M 16M "" "" 1 \
   "/1: the LUN holds another volume since the outage \(header UUID [0-9a-f]{32} -> [0-9a-f]{32}\)" held
+# tgt's defaults on both, one size, plain (issue 26, case 8): only the
+# blocks the gateway last wrote tell the disks apart.
+round default 6 16M 16M "" "" "" \
+  "/1: the LUN changed identity during the outage \(LBA 0 holds other data than this gateway last wrote there, in 3 reads\)"
+round held-default 7 16M 16M "" "" "" \
+  "/1: the LUN changed identity during the outage \(LBA 0 holds other data than this gateway last wrote there, in 3 reads\)" held
 echo "test-lun-replaced: ok"

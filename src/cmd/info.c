@@ -86,8 +86,8 @@ tf (bool b)
 static void
 print_text (const char *url, const struct lg_lun_info *li)
 {
-  const char *sup[LG_MAX_SUPPORTS];
-  char hs[32];
+  const char *sup[LG_MAX_SUPPORTS], *strength;
+  char hs[32], why[160];
   size_t n;
 
   printf ("url: %s\n", url);
@@ -95,6 +95,12 @@ print_text (const char *url, const struct lg_lun_info *li)
           li->revision);
   printf ("device-type: %s (0x%02x)\n", li->type_name, li->device_type);
   printf ("removable: %s\n", yesno (li->removable));
+  strength = lg_lun_ident_strength (li, why, sizeof why);
+  printf ("identity: %s (%s)%s\n", strength, why,
+          strcmp (strength, "unique") == 0
+              ? ""
+              : "; a writer also reads back blocks it wrote after every "
+                "login");
   if (!li->is_disk)
     return;
   if (li->no_medium) {
@@ -136,6 +142,7 @@ print_text (const char *url, const struct lg_lun_info *li)
 static void
 print_json (const char *url, const struct lg_lun_info *li)
 {
+  char why[160];
   const char *sup[LG_MAX_SUPPORTS];
   size_t n;
 
@@ -151,6 +158,8 @@ print_json (const char *url, const struct lg_lun_info *li)
   lg_json_string (stdout, li->type_name);
   printf (", \"device_type_code\": %d, \"removable\": %s", li->device_type,
           tf (li->removable));
+  printf (", \"identity\": ");
+  lg_json_string (stdout, lg_lun_ident_strength (li, why, sizeof why));
   if (!li->is_disk)
     return;
   printf (", \"medium\": %s", tf (!li->no_medium));

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "dev/iscsi.h"
+#include "dev/known.h"
 #include "dev/reserve.h"
 #include "iscsi/sense.h"
 #include "util/log.h"
@@ -78,6 +79,10 @@ struct idev {
   atomic_uint pr_seen;            /* lg_pool_pr_events when last looked */
   _Atomic int64_t pr_checked_ms;  /* the reservation last read (refused) */
   bool pinned;                    /* the pool checks the LUN at every login */
+  /* Blocks whose content this writer knows (known.h): tracked from its
+   * claim on, checked after every login while the LUN is held. */
+  struct lg_known *known;
+  atomic_bool known_on;
   pthread_mutex_t rmw[RMW_STRIPES];
 };
 
@@ -88,6 +93,23 @@ to_idev (struct lg_dev *d)
 }
 
 static int refused (struct idev *x);
+
+/* Known blocks (known.h): a write's token, 0 when not tracked. */
+static unsigned
+known_begin (struct idev *x, uint64_t lba, uint64_t nblocks,
+             const uint8_t *buf)
+{
+  return atomic_load (&x->known_on)
+      ? lg_known_begin (x->known, lba, nblocks, buf)
+      : 0;
+}
+
+static void
+known_end (struct idev *x, unsigned token, bool ok)
+{
+  if (token)
+    lg_known_end (x->known, token, ok);
+}
 
 /* Logs and sets errno for a failed command. */
 static int
@@ -375,6 +397,35 @@ idev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
   return 0;
 }
 
+static int
+known_read (void *opaque, uint64_t lba, uint8_t *buf)
+{
+  struct sreader *r = opaque;
+
+  return sreader_pread (&r->r, buf, r->x->bs, lba * r->x->bs);
+}
+
+/* The blocks this writer last wrote, read back on s after its login
+ * (known.h): 0 the same, 2 another disk (msg says why), -1 unread. */
+static int
+known_check (struct idev *x, struct lg_session *s, char *msg, size_t len)
+{
+  struct sreader r = { { sreader_pread }, x, s };
+  unsigned checked;
+  int k;
+
+  if (!atomic_load (&x->known_on) || !lg_reserve_held (x->res))
+    return 0;
+  k = lg_known_check (x->known, known_read, &r, &checked, msg, len);
+  if (k < 0) {
+    snprintf (msg, len, "reading back the blocks it last wrote failed");
+    return -1;
+  }
+  lg_debug ("%s: %u block%s it last wrote read back%s", x->dev.name, checked,
+            checked == 1 ? "" : "s", k ? ": one differs" : " the same");
+  return k ? 2 : 0;
+}
+
 /* lg_pool_check_fn: a session of the pool logged in again and holds
  * commands for this LUN; it issues none of them until this says the LUN
  * is still the one that was opened (0), or fails them (-1 changed, -2
@@ -410,8 +461,16 @@ check_after_login (void *opaque, struct lg_session *s, int lun)
     if (x->upper_check)
       u = x->upper_check (x->upper_opaque, &r.r);
     pthread_mutex_unlock (&x->upper_lock);
-    if (u != -1)
+    /* Then what it last wrote (the layer above names a volume that
+     * changed better). */
+    if (u == 0 && (d = known_check (x, s, err, sizeof err)) < 0) {
+      lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+      return -2;
+    }
+    if (u != -1 && d == 0)
       return u;
+    if (u != -1)
+      goto changed;
     pthread_mutex_lock (&x->gone_lock);
     if (!atomic_load (&x->gone)) {
       snprintf (x->gone_msg, sizeof x->gone_msg,
@@ -423,12 +482,13 @@ check_after_login (void *opaque, struct lg_session *s, int lun)
     pthread_mutex_unlock (&x->gone_lock);
     return -1;
   }
+changed:
   pthread_mutex_lock (&x->gone_lock);
   if (!atomic_load (&x->gone)) {
     snprintf (x->gone_msg, sizeof x->gone_msg,
               "%s: the LUN changed identity during the outage (%s): refusing "
               "every request, and nothing held for it is sent",
-              x->dev.name, diff);
+              x->dev.name, d == 2 ? err : diff);
     lg_error ("%s", x->gone_msg);
     atomic_store (&x->gone, true);
   }
@@ -445,6 +505,7 @@ struct blkseg {
 struct pending {
   struct lg_cmd cmd;
   uint64_t lba, nblocks;
+  unsigned known; /* a write's token (known.h) */
 };
 
 /* Reads or writes whole-block ranges, split in commands of at most
@@ -495,17 +556,21 @@ rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
         lg_waiter_done (&w);
         continue;
       }
+      if (write)
+        q->known = known_begin (x, q->lba, q->nblocks, q->cmd.iov.iov_base);
       lg_pool_submit (x->pool, &q->cmd);
     }
   lg_waiter_wait (&w);
   lg_waiter_destroy (&w);
 
   for (uint64_t i = 0; i < n; i++) {
-    if (r == 0
-        && (p[i].cmd.task == NULL
-            || lg_scsi_errno (p[i].cmd.status, p[i].cmd.sense.key,
-                              p[i].cmd.sense.ascq)
-                != 0))
+    bool ok = p[i].cmd.task != NULL
+        && lg_scsi_errno (p[i].cmd.status, p[i].cmd.sense.key,
+                          p[i].cmd.sense.ascq)
+            == 0;
+
+    known_end (x, p[i].known, ok);
+    if (r == 0 && !ok)
       r = cmd_failed (x, &p[i].cmd, p[i].lba, p[i].nblocks);
     scsi_free_scsi_task (p[i].cmd.task);
   }
@@ -537,10 +602,12 @@ abatch_done (void *opaque)
   int err = 0;
 
   for (unsigned i = 0; i < b->n; i++) {
-    if (err == 0
-        && lg_scsi_errno (b->p[i].cmd.status, b->p[i].cmd.sense.key,
-                          b->p[i].cmd.sense.ascq)
-            != 0) {
+    bool ok = lg_scsi_errno (b->p[i].cmd.status, b->p[i].cmd.sense.key,
+                             b->p[i].cmd.sense.ascq)
+        == 0;
+
+    known_end (b->x, b->p[i].known, ok);
+    if (err == 0 && !ok) {
       cmd_failed (b->x, &b->p[i].cmd, b->p[i].lba, b->p[i].nblocks);
       err = errno;
     }
@@ -607,8 +674,12 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   /* Every task exists before the first is submitted: from then on only
    * the completions own b. */
   lg_waiter_init_fn (&b->w, n, abatch_done, b);
-  for (unsigned i = 0; i < n; i++)
+  for (unsigned i = 0; i < n; i++) {
+    if (write)
+      b->p[i].known = known_begin (x, b->p[i].lba, b->p[i].nblocks,
+                                   b->p[i].cmd.iov.iov_base);
     lg_pool_submit (x->pool, &b->p[i].cmd);
+  }
   return 0;
 }
 
@@ -1197,6 +1268,16 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
     errno = e;
     return r < 0 ? -1 : 2;
   }
+  if (!(flags & LG_CLAIM_SHARED) && x->known
+      && !atomic_exchange (&x->known_on, true)) {
+    char why[160];
+    const char *s = lg_lun_ident_strength (&x->info, why, sizeof why);
+
+    if (strcmp (s, "unique") != 0)
+      lg_info ("%s: the target's identity of the LUN is %s (%s): after every "
+               "login, the blocks this gateway last wrote are read back too",
+               d->name, s, why);
+  }
   return r;
 }
 
@@ -1209,6 +1290,7 @@ idev_close (struct lg_dev *d)
   if (x->pinned)
     lg_pool_pin (x->pool, x->lun, false);
   lg_reserve_free (x->res);
+  lg_known_free (x->known);
   if (x->owns_pool)
     lg_pool_close (x->pool);
   for (int i = 0; i < RMW_STRIPES; i++)
@@ -1232,6 +1314,50 @@ idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
   t->timeouts = lg_pool_timeouts (x->pool);
 }
 
+/* Trims, zeroings and compare-and-writes: the blocks they touch are
+ * forgotten (known.h), before they go and whatever their outcome. */
+static unsigned
+known_touch (struct idev *x, uint64_t count, uint64_t off)
+{
+  uint64_t first = off / x->bs, end = (off + count + x->bs - 1) / x->bs;
+
+  return end > first ? known_begin (x, first, end - first, NULL) : 0;
+}
+
+static int
+idev_trim_k (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  unsigned t = known_touch (to_idev (d), count, off);
+  int r = idev_trim (d, count, off, flags), e = errno;
+
+  known_end (to_idev (d), t, false);
+  errno = e;
+  return r;
+}
+
+static int
+idev_zero_k (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
+{
+  unsigned t = known_touch (to_idev (d), count, off);
+  int r = idev_zero (d, count, off, flags), e = errno;
+
+  known_end (to_idev (d), t, false);
+  errno = e;
+  return r;
+}
+
+static int
+idev_compare_write_k (struct lg_dev *d, const void *expect, const void *buf,
+                      size_t count, uint64_t off)
+{
+  unsigned t = known_touch (to_idev (d), count, off);
+  int r = idev_compare_write (d, expect, buf, count, off), e = errno;
+
+  known_end (to_idev (d), t, false);
+  errno = e;
+  return r;
+}
+
 static const struct lg_dev_ops idev_ops = {
   .name = "iscsi",
   .pread = idev_pread,
@@ -1240,13 +1366,13 @@ static const struct lg_dev_ops idev_ops = {
   .start_rw = idev_start_rw,
   .transport = idev_transport,
   .watch_login = idev_watch_login,
-  .compare_write = idev_compare_write,
+  .compare_write = idev_compare_write_k,
   .claim = idev_claim,
   .note_reader = idev_note_reader,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
-  .trim = idev_trim,
-  .zero = idev_zero,
+  .trim = idev_trim_k,
+  .zero = idev_zero_k,
   .extents = idev_extents,
   .close = idev_close,
 };
@@ -1314,6 +1440,9 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
     errno = ENOMEM;
     goto err;
   }
+  /* Not knowing is only weaker: no error when out of memory. */
+  if (!read_only && !li->write_protected && x->bs <= 4096)
+    x->known = lg_known_new (x->bs);
   x->dev.ops = &idev_ops;
   x->dev.size = li->size;
   x->dev.block_size = x->bs;

@@ -604,6 +604,12 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
   return ret;
 }
 
+bool
+lg_reserve_held (struct lg_reserve *r)
+{
+  return atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost);
+}
+
 static void
 set_lost (struct lg_reserve *r, const char *why)
 {

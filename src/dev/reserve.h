@@ -66,6 +66,9 @@ void lg_reserve_unsure (struct lg_reserve *r);
  * requesting thread, before the request goes out. */
 void lg_reserve_recheck (struct lg_reserve *r);
 
+/* Whether this process holds the LUN alone now (reserved, not lost). */
+bool lg_reserve_held (struct lg_reserve *r);
+
 /* A write came back with RESERVATION CONFLICT. */
 void lg_reserve_conflict (struct lg_reserve *r);
 /* A unit attention said the reservation was preempted or released. */

@@ -274,6 +274,30 @@ say_diff (char *buf, size_t len, size_t *k, const char *what, const char *a,
     *k += (size_t) r < len - *k ? (size_t) r : len - *k;
 }
 
+const char *
+lg_lun_ident_strength (const struct lg_lun_info *li, char *why, size_t len)
+{
+  const struct lg_lun_ident *id = &li->ident;
+
+  if (!id->has_serial && !id->has_desig) {
+    snprintf (why, len, "no unit serial number, no designators");
+    return "none";
+  }
+  /* tgt (vendor "IET"): serial "beaf" TID LUN unless one was set, and
+   * designators derived from it. */
+  if (strcmp (li->vendor, "IET") == 0
+      && (!id->has_serial || strncmp (id->serial, "beaf", 4) == 0)) {
+    snprintf (why, len,
+              "tgt's default serial and designators, made from the target "
+              "and LUN numbers");
+    return "weak";
+  }
+  snprintf (why, len, "%s%s%s", id->has_serial ? "unit serial number" : "",
+            id->has_serial && id->has_desig ? " and " : "",
+            id->has_desig ? "designators" : "");
+  return "unique";
+}
+
 int
 lg_lun_ident_diff (const struct lg_lun_ident *a, const struct lg_lun_ident *b,
                    char *buf, size_t len)

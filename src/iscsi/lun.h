@@ -92,6 +92,13 @@ int lg_vpd_desig_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id);
  * ("serial beaf11 -> beaf12"); 0 when a and b name the same LU.  Where a
  * (the LU as it was opened) has no serial or designators, they are not
  * compared; where a has them and b lacks them, they differ. */
+/* How well the target's identity tells this LUN's disk from another:
+ * "unique" (a unit serial or designators of the target's own), "weak"
+ * (tgt's defaults, made from the target and LUN numbers: the same for
+ * whatever disk is behind the number) or "none" (neither).  why gets a
+ * few words.  Pure. */
+const char *lg_lun_ident_strength (const struct lg_lun_info *li, char *why,
+                                   size_t len);
 int lg_lun_ident_diff (const struct lg_lun_ident *a,
                        const struct lg_lun_ident *b, char *buf, size_t len);
 
