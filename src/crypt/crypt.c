@@ -376,9 +376,9 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
   if (getenv ("LUNGATE_TEST_NO_OWNER"))
     return 2;
   if (x->owner == NULL) {
-    x->owner = lg_owner_claim (x->lower, x->dev.name,
-                               (flags & LG_CLAIM_TAKEOVER) != 0, &took, err,
-                               errlen);
+    x->owner
+        = lg_owner_claim (x->lower, x->dev.name,
+                          (flags & LG_CLAIM_TAKEOVER) != 0, &took, err, errlen);
     if (x->owner == NULL)
       return -1;
     if (took)

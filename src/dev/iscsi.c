@@ -96,8 +96,7 @@ static int refused (struct idev *x);
 
 /* Known blocks (known.h): a write's token, 0 when not tracked. */
 static unsigned
-known_begin (struct idev *x, uint64_t lba, uint64_t nblocks,
-             const uint8_t *buf)
+known_begin (struct idev *x, uint64_t lba, uint64_t nblocks, const uint8_t *buf)
 {
   return atomic_load (&x->known_on)
       ? lg_known_begin (x->known, lba, nblocks, buf)

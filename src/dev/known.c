@@ -37,7 +37,7 @@ struct lg_known {
   pthread_mutex_t lock;
   uint32_t bs;
   uint64_t gen;
-  unsigned next; /* the slot the next block takes */
+  unsigned next;      /* the slot the next block takes */
   unsigned untracked; /* writes in flight past MAX_INFLIGHT */
   struct slot slots[LG_KNOWN_SLOTS];
   struct flight fl[MAX_INFLIGHT];

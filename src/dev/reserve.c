@@ -350,7 +350,7 @@ holder_dead (struct lg_reserve *r, uint64_t holder, char *how, size_t len)
   if (boot == 0 || lg_pr_key_started (holder) >= boot
       || lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why,
                             sizeof why)
-             < 0
+          < 0
       || strcasecmp (name, l->initiator_name) != 0)
     return false;
   snprintf (how, len, "started before this host's last boot");
@@ -374,7 +374,7 @@ int
 lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen)
 {
   const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
-  int wait = l->io_timeout < 0               ? -1
+  int wait = l->io_timeout < 0           ? -1
       : l->io_timeout < RESET_WAIT_MIN_S ? RESET_WAIT_MIN_S
                                          : l->io_timeout;
   struct lg_session *s;

@@ -683,8 +683,9 @@ lg_session_lun_reset (struct lg_session *s, int lun, int wait_s, char *msg,
     errno = EPROTO;
   }
   else if (w.done || s->failing) {
-    snprintf (msg, len, "LUN RESET: the connection was lost before the "
-                        "answer");
+    snprintf (msg, len,
+              "LUN RESET: the connection was lost before the "
+              "answer");
     errno = EIO;
   }
   else {

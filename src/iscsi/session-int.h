@@ -80,7 +80,7 @@ struct tmf_wait {
 struct tmf {
   struct tmf *next; /* s->tmfs */
   struct lg_session *s;
-  bool reset; /* LUN RESET of a recovery, else ABORT TASK */
+  bool reset;            /* LUN RESET of a recovery, else ABORT TASK */
   struct tmf_wait *wait; /* a LUN RESET lg_session_lun_reset waits for */
   int lun;
   struct lg_cmd *cmd;     /* ABORT TASK: the command, until it completes */
