@@ -19,6 +19,7 @@ t=iqn.2026-11.org.lungate:stopstuck
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_add_lun 1 2 16M
+tgt_add_lun 1 3 16M
 tgt_allow 1 ALL
 off=$((1 << 20))
 mnt=$TGT_DIR/mnt
@@ -92,4 +93,35 @@ dd if="$TGT_DIR/old" of="$mnt/lun2" bs=4096 seek=$((off / 4096)) \
 fault_wait_log '^stall-begin 2 ' 30
 kill -TERM "$mpid"
 check mount "$url" "$mpid" 2
+
+# A volume through the owner record (no persistent reservations): the
+# stop must not clear the record either.  (On a 16 MiB LUN a volume's
+# data area starts at 2 MiB.)
+url="iscsi://$TGT_PORTAL/$t/3"
+key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
+export LUNGATE_TEST_IGNORE_PR=1
+"$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format LUN 3"
+fault_rule "op=write path=lun-1-3.img off=$((2 * 1048576 + off))-$((2 * 1048576 + off + 4096)) action=stall:20000"
+nbd_gw owner "url=$url" "key-file=$key"
+nbd_write "$TGT_DIR/owner.sock" "OLD-owner-" >/dev/null 2>&1 &
+fault_wait_log '^stall-begin 3 ' 30
+kill -TERM "${NBD_GW[owner]}"
+with_timeout 60 tail --pid="${NBD_GW[owner]}" -f /dev/null \
+  || fail "owner: the stopping gateway did not exit"
+grep -q "not clearing the owner record: 1 write of unknown outcome" "$TGT_DIR/owner.log" \
+  || { cat "$TGT_DIR/owner.log"; fail "owner: the stop does not say it keeps the owner record"; }
+"$LUNGATE" info "$url" | grep -q "^volume-owner: a gateway on host" \
+  || fail "owner: the owner record was cleared with a write held in the target"
+nbd_gw owner-2 "url=$url" "key-file=$key"
+nbd_write "$TGT_DIR/owner-2.sock" "NEW-owner-" \
+  || { cat "$TGT_DIR/owner-2.log"; fail "owner: the next gateway cannot write"; }
+fault_log_has "^stall-end 3 " \
+  || fail "owner: the next gateway's write was acknowledged while the first one's was held"
+nbd_stop "${NBD_GW[owner-2]}"
+got=$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
+  "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, $off)[:4].decode(errors='replace'))" '$uri')
+[ "$got" = NEW- ] || fail "owner: the volume does not hold NEW ('$got')"
+"$LUNGATE" verify --key-file "$key" "$url" >"$TGT_DIR/v3" 2>&1 \
+  || { cat "$TGT_DIR/v3"; fail "owner: a unit fails authentication"; }
+echo "owner: ok"
 echo "test-stop-stuck-write: ok"

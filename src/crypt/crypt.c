@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 
@@ -282,6 +283,37 @@ lg_crypt_keep_dirty (struct lg_dev *d)
   atomic_store (&to_cdev (d)->clean_at_close, false);
 }
 
+/* The owner record is cleared at close, but never while a write of this
+ * gateway may still execute in the target (waiting up to
+ * OWNER_RELEASE_WAIT_MS for the target to confirm): the next gateway would
+ * be admitted, write, and have that write land over its own.  Kept, the
+ * record names a process that has ended, which the next gateway of this
+ * host takes back, fenced (claim_owner). */
+#define OWNER_RELEASE_WAIT_MS 5000
+static void
+owner_release (struct cdev *x)
+{
+  struct lg_dev_transport t;
+
+  if (x->owner == NULL)
+    return;
+  lg_dev_transport (x->lower, &t);
+  for (int waited = 0; t.unconfirmed > 0 && waited < OWNER_RELEASE_WAIT_MS;
+       waited += 100) {
+    nanosleep (&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+    lg_dev_transport (x->lower, &t);
+  }
+  if (t.unconfirmed > 0) {
+    lg_warn ("%s: not clearing the owner record: %" PRIu64 " write%s of "
+             "unknown outcome may still execute in the target, which has "
+             "not confirmed that %s cannot; the volume stays this gateway's",
+             x->dev.name, t.unconfirmed, t.unconfirmed == 1 ? "" : "s",
+             t.unconfirmed == 1 ? "it" : "they");
+    lg_owner_keep (x->owner, true);
+  }
+  lg_owner_release (x->owner);
+}
+
 static void
 cdev_close (struct lg_dev *d)
 {
@@ -289,7 +321,7 @@ cdev_close (struct lg_dev *d)
 
   lg_dev_watch_login (x->lower, NULL, NULL);
   mark_clean (x);
-  lg_owner_release (x->owner);
+  owner_release (x);
   if (x->mk)
     sodium_free (x->mk);
   if (x->owns_lower)

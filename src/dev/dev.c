@@ -277,7 +277,7 @@ lg_dev_revalidate (struct lg_dev *d)
 void
 lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
-  t->reconnects = t->retries = t->timeouts = 0;
+  t->reconnects = t->retries = t->timeouts = t->unconfirmed = 0;
   if (d->ops->transport)
     d->ops->transport (d, t);
 }

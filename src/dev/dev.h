@@ -39,6 +39,9 @@ struct lg_dev_transport {
   uint64_t reconnects; /* logins after a lost connection */
   uint64_t retries;    /* commands retried after BUSY / TASK SET FULL */
   uint64_t timeouts;   /* commands that got no answer in time */
+  /* Writes of this device whose outcome is unknown now: the target has
+   * not confirmed they can no longer execute (iscsi/fence.h). */
+  uint64_t unconfirmed;
 };
 
 /* The counters every device keeps of the requests made to it through the

@@ -1311,6 +1311,7 @@ idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
   t->reconnects = lg_pool_reconnects (x->pool);
   t->retries = lg_pool_retries (x->pool);
   t->timeouts = lg_pool_timeouts (x->pool);
+  t->unconfirmed = lg_pool_doubts (x->pool, x->lun);
 }
 
 /* Trims, zeroings and compare-and-writes: the blocks they touch are
