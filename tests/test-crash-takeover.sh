@@ -14,7 +14,8 @@
 #    takeover fences the same way.
 # Through the plugin (plain LUN, reservation), lungate mount (a volume,
 # reservation) and the plugin on a volume through the owner record (a
-# target without persistent reservations: LUNGATE_TEST_IGNORE_PR).
+# target without persistent reservations: LUNGATE_TEST_IGNORE_PR), there
+# also with the dead one's last heartbeat held.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
@@ -23,7 +24,7 @@ require fusermount3 mountpoint
 fault_tgt_start
 t=iqn.2026-11.org.lungate:crashtake
 tgt_add_target 1 "$t"
-for l in 1 2 3 4; do tgt_add_lun 1 "$l" 16M; done
+for l in 1 2 3 4 5; do tgt_add_lun 1 "$l" 16M; done
 tgt_allow 1 ALL
 off=$((1 << 20))
 stall=15000
@@ -170,4 +171,26 @@ nbd_stop "${NBD_GW[b4]}"
 settled owner "$url" 4 "key-file=$key"
 "$LUNGATE" verify --key-file "$key" "$url" >"$TGT_DIR/v4" 2>&1 \
   || { cat "$TGT_DIR/v4"; fail "owner: a unit fails authentication"; }
+
+# 5. The same, with the dead gateway's heartbeat (the owner record at
+# 128 KiB) held in tgtd: the next gateway's record must not be written
+# before the fence, or the late heartbeat lands over it and the new
+# owner loses the volume (the hostile review).
+url="iscsi://$TGT_PORTAL/$t/5"
+"$LUNGATE" format --lazy --key-file "$key" "$url" >/dev/null || fail "format LUN 5"
+nbd_gw a5 "url=$url" "key-file=$key"
+nbd_io a5 write 1 65 >/dev/null || fail "heartbeat: the first gateway cannot write"
+fault_rule "op=write path=lun-1-5.img off=131072-135168 action=stall:$stall"
+held_then_killed a5 5 "${NBD_GW[a5]}"
+nbd_gw b5 "url=$url" "key-file=$key"
+nbd_io b5 write 2 66 >/dev/null \
+  || { cat "$TGT_DIR/b5.log"; fail "heartbeat: the dead holder's volume was not taken back"; }
+fault_wait_log "^stall-end 5 " 60
+sleep 7 # more than a heartbeat (5 s): the new owner has looked at its record
+r=$(nbd_io b5 write 3 67 2>/dev/null) \
+  || { cat "$TGT_DIR/b5.log"; fail "heartbeat: the new owner lost the volume to the dead one's late heartbeat ($r)"; }
+nbd_stop "${NBD_GW[b5]}"
+"$LUNGATE" info "$url" | grep -qx "volume-owner: none" \
+  || fail "heartbeat: the record was not cleared at the clean stop"
+echo "heartbeat: ok"
 echo "test-crash-takeover: ok"

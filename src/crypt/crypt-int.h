@@ -107,9 +107,6 @@ struct cdev {
   atomic_uint_fast64_t lower_logins; /* when last checked */
   atomic_bool replaced;
   struct lg_owner *owner; /* the owner record, where nothing else claims */
-  /* Taken from another gateway, and not yet confirmed that its
-   * commands can no longer execute (claim_owner). */
-  bool unfenced;
 };
 
 static inline struct cdev *

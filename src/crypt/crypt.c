@@ -400,6 +400,14 @@ refresh_at_claim (struct cdev *x, char *err, size_t errlen)
 /* No persistent reservations below: the owner record says who writes.
  * LUNGATE_TEST_NO_OWNER leaves it out (test-header-race runs several
  * writers on one volume so); never for use. */
+/* The previous owner's last writes may still be executing in the
+ * target: the lower device confirms they cannot (a LUN RESET). */
+static int
+fence_lower (void *opaque, char *err, size_t errlen)
+{
+  return lg_dev_claim (opaque, LG_CLAIM_RESET, err, errlen);
+}
+
 static int
 claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
 {
@@ -407,28 +415,14 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
 
   if (getenv ("LUNGATE_TEST_NO_OWNER"))
     return 2;
-  if (x->owner == NULL) {
-    x->owner
-        = lg_owner_claim (x->lower, x->dev.name,
-                          (flags & LG_CLAIM_TAKEOVER) != 0, &took, err, errlen);
-    if (x->owner == NULL)
-      return -1;
-    if (took)
-      lg_warn ("%s: took over the volume from another gateway", x->dev.name);
-    x->unfenced = took;
-  }
-  if (!x->unfenced)
-    return 0;
-  /* Its last writes may still be executing in the target.  Not
-   * confirmed: the record stays this process's (here and after it), and
-   * every claim tries again. */
-  if (lg_dev_claim (x->lower, LG_CLAIM_RESET, err, errlen) < 0) {
-    lg_owner_keep (x->owner, true);
+  x->owner
+      = lg_owner_claim (x->lower, x->dev.name, (flags & LG_CLAIM_TAKEOVER) != 0,
+                        fence_lower, x->lower, &took, err, errlen);
+  if (x->owner == NULL)
     return -1;
-  }
-  lg_owner_keep (x->owner, false);
-  x->unfenced = false;
-  return 1;
+  if (took)
+    lg_warn ("%s: took over the volume from another gateway", x->dev.name);
+  return took ? 1 : 0;
 }
 
 /* One writer: the lower device's exclusive claim, never a shared one (two
@@ -451,7 +445,7 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
     return -1;
   }
   r = lg_dev_claim (x->lower, flags, err, errlen);
-  if (r == 2 && x->manage_dirty && (x->owner == NULL || x->unfenced))
+  if (r == 2 && x->manage_dirty && x->owner == NULL)
     r = claim_owner (x, flags, err, errlen);
   if (r >= 0 && x->manage_dirty && refresh_at_claim (x, err, errlen) < 0)
     return -1;

@@ -28,6 +28,10 @@ struct lg_owner {
   uint64_t key;
   struct lg_owner_rec mine;
   uint64_t dead; /* the key of a dead holder of this host, taken back */
+  /* Before a record of another is replaced (lg_owner_claim). */
+  lg_owner_fence_fn *fence;
+  void *fence_opaque;
+  uint64_t fenced;             /* the key fenced against, 0 if none */
   uint8_t last[LG_OWNER_SIZE]; /* what we wrote last (heartbeat thread) */
   atomic_bool lost;
   bool keep; /* lg_owner_keep */
@@ -208,6 +212,15 @@ try_claim (struct lg_owner *o, bool takeover, bool *took, char *err,
     else if (!stale || !takeover)
       return in_use (o->name, &r, takeover, err, errlen);
     *took = true;
+    /* Its last writes (data, a heartbeat) may still execute in the
+     * target: confirmed gone before our record is written, which they
+     * would otherwise overwrite.  Then the record is read again. */
+    if (o->fence && o->fenced != r.key) {
+      if (o->fence (o->fence_opaque, err, errlen) < 0)
+        return -1;
+      o->fenced = r.key;
+      return 1;
+    }
   }
   o->mine.since = o->mine.heartbeat = now_s ();
   lg_owner_build (&o->mine, o->last);
@@ -309,7 +322,8 @@ owner_free (struct lg_owner *o)
 
 struct lg_owner *
 lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
-                bool *took, char *err, size_t errlen)
+                lg_owner_fence_fn *fence, void *opaque, bool *took, char *err,
+                size_t errlen)
 {
   struct lg_owner *o = owner_new (lower, name);
   int r = 1, err_no;
@@ -318,6 +332,8 @@ lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
+  o->fence = fence;
+  o->fence_opaque = opaque;
   /* Before the record names this process: the proof that it ended, for
    * the next gateway of this host. */
   if (lg_alive_mark (o->key) < 0)

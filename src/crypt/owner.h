@@ -12,7 +12,10 @@
  * Claiming reads the record; a record of someone else with a heartbeat
  * younger than LG_OWNER_STALE_S refuses, an older one refuses unless
  * taking over; a record of a gateway of this host proven dead
- * (util/alive.h) is taken over at once, without being asked.  The new record is written with COMPARE AND WRITE against
+ * (util/alive.h) is taken over at once, without being asked.  Before a
+ * record of another gateway is replaced, fence confirms that none of its
+ * writes (its last heartbeat among them) can still land; not confirmed,
+ * nothing is written and the claim fails.  The new record is written with COMPARE AND WRITE against
  * the bytes read where the LUN has it (a race loses cleanly), else
  * written and read back LG_OWNER_SETTLE_MS later (the later writer of
  * two wins, the other sees it and refuses).  The heartbeat thread finds
@@ -62,8 +65,13 @@ struct lg_owner;
 /* Claims the volume on lower (a LUN without persistent reservations):
  * the owner, or NULL with errno (EBUSY in use, EIO) and err set; *took
  * says whether a stale record of another was taken over. */
+/* Before the record of another gateway is replaced: confirms that none of
+ * its commands can still execute in the target (0), else -1 with err. */
+typedef int lg_owner_fence_fn (void *opaque, char *err, size_t errlen);
+
 struct lg_owner *lg_owner_claim (struct lg_dev *lower, const char *name,
-                                 bool takeover, bool *took, char *err,
+                                 bool takeover, lg_owner_fence_fn *fence,
+                                 void *opaque, bool *took, char *err,
                                  size_t errlen);
 /* Whether another gateway took the record (writes must fail). */
 bool lg_owner_lost (struct lg_owner *o);

@@ -325,35 +325,21 @@ clear_as_holder (struct lg_reserve *r, const struct lg_pr_state *st, char *msg,
   return clear_on_nexus (r, isid, st->holder, msg, len);
 }
 
-/* Whether the holder is a gateway of this host that has ended, proven:
- * by its runtime file (util/alive.h), or by a process start before this
- * host's last boot on a nexus of this host's initiator name (the key's
- * host part is a 12-bit hash: never proof alone).  how says which. */
+/* Whether the holder is a gateway of this host that has ended, proven
+ * by its runtime file (util/alive.h); how says which process it was.
+ * Nothing else proves it: the key's host part is a 12-bit hash of the
+ * host name, the default initiator name is the host name again, and
+ * clones share both, so a holder started before this host's boot may
+ * well run on another machine (and clocks get stepped).  After a power
+ * loss of this host, then, the LUN needs --takeover. */
 static bool
-holder_dead (struct lg_reserve *r, uint64_t holder, char *how, size_t len)
+holder_dead (uint64_t holder, char *how, size_t len)
 {
-  struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
-  const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
-  char name[256], why[256];
-  uint8_t isid[6];
-  uint64_t boot = lg_boot_time ();
   pid_t pid;
-  int d;
 
-  if (!lg_pr_key_here (holder))
+  if (!lg_pr_key_here (holder) || lg_alive_dead (holder, &pid) != 1)
     return false;
-  if ((d = lg_alive_dead (holder, &pid)) >= 0) {
-    if (d == 1)
-      snprintf (how, len, "pid %ld, which is no longer running", (long) pid);
-    return d == 1;
-  }
-  if (boot == 0 || lg_pr_key_started (holder) >= boot
-      || lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why,
-                            sizeof why)
-          < 0
-      || strcasecmp (name, l->initiator_name) != 0)
-    return false;
-  snprintf (how, len, "started before this host's last boot");
+  snprintf (how, len, "pid %ld, which is no longer running", (long) pid);
   return true;
 }
 
@@ -515,7 +501,7 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
     return take_over (r, st, err, errlen);
   /* A gateway of this host that died holding it (kill -9, a crash, a
    * power cut): its LUN comes back without --takeover. */
-  if (st->holder != r->key && holder_dead (r, st->holder, how, sizeof how)) {
+  if (st->holder != r->key && holder_dead (st->holder, how, sizeof how)) {
     lg_pr_describe_key (st->holder, who, sizeof who);
     lg_warn ("%s: held by %s, %s: taking it back", r->name, who, how);
     w = take_over (r, st, err, errlen);

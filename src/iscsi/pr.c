@@ -126,14 +126,6 @@ lg_pr_key_here (uint64_t key)
       == host_hash (my_host);
 }
 
-uint64_t
-lg_pr_key_started (uint64_t key)
-{
-  if (key >> 56 != KEY_MAGIC)
-    return 0;
-  return ((key >> RND_BITS) & ((1ull << SEC_BITS) - 1)) + EPOCH_2024;
-}
-
 void
 lg_pr_describe_key (uint64_t key, char *buf, size_t len)
 {

@@ -61,10 +61,8 @@ int lg_pr_parse_keys (const uint8_t *d, size_t n, struct lg_pr_state *st);
  * "an initiator other than lungate". */
 void lg_pr_describe_key (uint64_t key, char *buf, size_t len);
 /* Whether key is a lungate key made on a host of this host's name (the
- * name's hash: 12 bits, so only a hint), and when its process started
- * (Unix seconds), or 0 when it is not a lungate key. */
+ * name's hash: 12 bits, so only a hint). */
 bool lg_pr_key_here (uint64_t key);
-uint64_t lg_pr_key_started (uint64_t key);
 /* The type's name ("Write Exclusive, Registrants Only"). */
 const char *lg_pr_type_name (int type);
 /* One line on who holds the LUN: "not reserved", or the type, holder and

@@ -182,19 +182,3 @@ lg_alive_forget (uint64_t key)
       && key_path (key, path, sizeof path, false) == 0)
     unlink (path);
 }
-
-uint64_t
-lg_boot_time (void)
-{
-  FILE *f = fopen ("/proc/stat", "re");
-  char line[256];
-  unsigned long long t = 0;
-
-  if (f == NULL)
-    return 0;
-  while (fgets (line, sizeof line, f))
-    if (sscanf (line, "btime %llu", &t) == 1)
-      break;
-  fclose (f);
-  return t;
-}

@@ -41,7 +41,4 @@ void lg_alive_keep (void);
 /* Removes the file of a dead process whose LUN was taken back. */
 void lg_alive_forget (uint64_t key);
 
-/* This host's boot, Unix seconds (/proc/stat btime), or 0. */
-uint64_t lg_boot_time (void);
-
 #endif

@@ -87,8 +87,3 @@ Test (alive, foreign_dir_not_trusted, .init = setup, .fini = teardown)
                 "a directory others can write was used");
   cr_assert_eq (lg_alive_dead (0x4c00aabbccdd0003ull, &got), -1);
 }
-
-Test (alive, boot_time)
-{
-  cr_assert_gt (lg_boot_time (), 1000000000ull);
-}
