@@ -6,10 +6,17 @@
  * Threads: any number of callers at once.  A large request is split at the
  * LUN's maximum transfer length and its pieces are all submitted before
  * waiting, so they run in parallel over the pool's sessions.  Unaligned
- * writes read-modify-write their edge blocks under a striped lock keyed by
- * LBA, so two RMWs of one block never lose each other's bytes.  The
- * stripe locks are leaves: nothing else is taken while one is held except
- * the waiter locks of the commands issued under it.
+ * writes read-modify-write their edge blocks, one block at a time under
+ * its stripe (keyed by LBA), and whole-block writes, zeroings and trims
+ * are counted on the stripes they cover while they are in flight: an RMW
+ * waits until no whole-block write is in flight on its stripe, and new
+ * ones wait while an RMW runs or waits there.  So neither an RMW nor a
+ * whole-block write of one block can land between the other's read and
+ * write, and lose its bytes (two RMWs, or an RMW and an aligned write of
+ * another connection).  A request enters its stripes in index order and
+ * an RMW holds one: no cycle.  The stripe mutexes are leaves, held only
+ * to count; the waits are on their condition variables, and nothing is
+ * held across a round trip but an RMW's own stripe.
  */
 #include <config.h>
 
@@ -43,6 +50,15 @@
 #define PR_POLL_MS 3000
 /* Commands per batch on the stack; larger batches are allocated. */
 #define STACK_CMDS 16
+
+/* One stripe of blocks (lba % RMW_STRIPES): what writes over it now. */
+struct stripe {
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  unsigned writers; /* whole-block requests in flight over it */
+  unsigned waiting; /* RMWs waiting for them */
+  bool rmw;         /* an RMW runs */
+};
 
 struct idev {
   struct lg_dev dev;
@@ -83,7 +99,7 @@ struct idev {
    * claim on, checked after every login while the LUN is held. */
   struct lg_known *known;
   atomic_bool known_on;
-  pthread_mutex_t rmw[RMW_STRIPES];
+  struct stripe rmw[RMW_STRIPES];
 };
 
 static struct idev *
@@ -93,6 +109,80 @@ to_idev (struct lg_dev *d)
 }
 
 static int refused (struct idev *x);
+
+/* The stripes nblocks at lba cover, as a bit mask. */
+static uint64_t
+stripes_of (uint64_t lba, uint64_t nblocks)
+{
+  uint64_t mask = 0;
+
+  if (nblocks >= RMW_STRIPES)
+    return ~UINT64_C (0);
+  for (uint64_t i = 0; i < nblocks; i++)
+    mask |= UINT64_C (1) << ((lba + i) % RMW_STRIPES);
+  return mask;
+}
+
+/* A whole-block request enters its stripes (in index order): it waits
+ * while an RMW runs or waits on one of them. */
+static uint64_t
+span_enter (struct idev *x, uint64_t lba, uint64_t nblocks)
+{
+  uint64_t mask = stripes_of (lba, nblocks);
+
+  for (unsigned i = 0; i < RMW_STRIPES; i++) {
+    struct stripe *s = &x->rmw[i];
+
+    if (!(mask & (UINT64_C (1) << i)))
+      continue;
+    pthread_mutex_lock (&s->m);
+    while (s->rmw || s->waiting)
+      pthread_cond_wait (&s->c, &s->m);
+    s->writers++;
+    pthread_mutex_unlock (&s->m);
+  }
+  return mask;
+}
+
+/* It completed (any thread). */
+static void
+span_exit (struct idev *x, uint64_t mask)
+{
+  for (unsigned i = 0; i < RMW_STRIPES; i++) {
+    struct stripe *s = &x->rmw[i];
+
+    if (!(mask & (UINT64_C (1) << i)))
+      continue;
+    pthread_mutex_lock (&s->m);
+    if (--s->writers == 0)
+      pthread_cond_broadcast (&s->c);
+    pthread_mutex_unlock (&s->m);
+  }
+}
+
+static struct stripe *
+rmw_enter (struct idev *x, uint64_t lba)
+{
+  struct stripe *s = &x->rmw[lba % RMW_STRIPES];
+
+  pthread_mutex_lock (&s->m);
+  s->waiting++;
+  while (s->rmw || s->writers)
+    pthread_cond_wait (&s->c, &s->m);
+  s->waiting--;
+  s->rmw = true;
+  pthread_mutex_unlock (&s->m);
+  return s;
+}
+
+static void
+rmw_exit (struct stripe *s)
+{
+  pthread_mutex_lock (&s->m);
+  s->rmw = false;
+  pthread_cond_broadcast (&s->c);
+  pthread_mutex_unlock (&s->m);
+}
 
 /* Known blocks (known.h): a write's token, 0 when not tracked. */
 static unsigned
@@ -589,6 +679,7 @@ struct abatch {
   struct idev *x;
   lg_dev_done_fn *done;
   void *opaque;
+  uint64_t stripes; /* a write's (span_enter), left at its completion */
   unsigned n;
   struct pending p[];
 };
@@ -612,6 +703,8 @@ abatch_done (void *opaque)
     }
     scsi_free_scsi_task (b->p[i].cmd.task);
   }
+  if (b->stripes)
+    span_exit (b->x, b->stripes);
   b->done (b->opaque, err);
   free (b);
 }
@@ -673,6 +766,8 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   /* Every task exists before the first is submitted: from then on only
    * the completions own b. */
   lg_waiter_init_fn (&b->w, n, abatch_done, b);
+  if (write)
+    b->stripes = span_enter (x, lba, nblocks);
   for (unsigned i = 0; i < n; i++) {
     if (write)
       b->p[i].known = known_begin (x, b->p[i].lba, b->p[i].nblocks,
@@ -803,19 +898,19 @@ static int
 rmw_block (struct idev *x, uint64_t lba, uint64_t skip, const uint8_t *src,
            size_t n, bool fua)
 {
-  pthread_mutex_t *m = &x->rmw[lba % RMW_STRIPES];
   uint8_t *bounce = malloc (x->bs);
+  struct stripe *s;
   int r = -1, saved;
 
   if (bounce == NULL)
     return -1;
-  pthread_mutex_lock (m);
+  s = rmw_enter (x, lba);
   if (rw_blocks (x, false, bounce, lba, 1, false) == 0) {
     memcpy (bounce + skip, src, n);
     r = rw_blocks (x, true, bounce, lba, 1, fua);
   }
   saved = errno;
-  pthread_mutex_unlock (m);
+  rmw_exit (s);
   free (bounce);
   errno = saved;
   return r;
@@ -848,8 +943,13 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   if (count >= bs) {
     uint64_t nb = count / bs;
 
+    uint64_t mask = span_enter (x, off / bs, nb);
+    int r;
+
     /* libiscsi only reads from the buffer of a data-out. */
-    if (rw_blocks (x, true, (uint8_t *) p, off / bs, nb, fua) < 0)
+    r = rw_blocks (x, true, (uint8_t *) p, off / bs, nb, fua);
+    span_exit (x, mask);
+    if (r < 0)
       return -1;
     p += nb * bs;
     off += nb * bs;
@@ -930,8 +1030,14 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     return -1;
 
   /* Trim is a hint: only the whole blocks inside the range go. */
-  if (end > first && unmap_blocks (x, first, end - first) < 0)
-    return -1;
+  if (end > first) {
+    uint64_t mask = span_enter (x, first, end - first);
+    int r = unmap_blocks (x, first, end - first);
+
+    span_exit (x, mask);
+    if (r < 0)
+      return -1;
+  }
   return (flags & LG_FUA) ? idev_flush (d) : 0;
 }
 
@@ -1125,6 +1231,8 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
    * zeroes (LBPRZ). */
   bool unmap = (flags & LG_MAY_TRIM) && x->info.lbpws && x->info.lbprz;
   bool native = x->dev.can_zero && !atomic_load (&x->no_write_same);
+  uint64_t mask;
+  int r, e;
 
   /* refused first: it may wait on the target, and the LUN must be
    * checked after that, just before the request goes out. */
@@ -1143,7 +1251,12 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   /* Unaligned edges by writes, the whole blocks by WRITE SAME. */
   if (off < first * x->bs && write_zeroes (x, first * x->bs - off, off, 0) < 0)
     return -1;
-  if (write_same_blocks (x, first, end - first, unmap) < 0) {
+  mask = span_enter (x, first, end - first);
+  r = write_same_blocks (x, first, end - first, unmap);
+  e = errno;
+  span_exit (x, mask);
+  errno = e;
+  if (r < 0) {
     if (errno != ENOTSUP || (flags & LG_FAST_ZERO))
       return -1;
     if (write_zeroes (x, (end - first) * x->bs, first * x->bs, 0) < 0)
@@ -1292,8 +1405,10 @@ idev_close (struct lg_dev *d)
   lg_known_free (x->known);
   if (x->owns_pool)
     lg_pool_close (x->pool);
-  for (int i = 0; i < RMW_STRIPES; i++)
-    pthread_mutex_destroy (&x->rmw[i]);
+  for (int i = 0; i < RMW_STRIPES; i++) {
+    pthread_mutex_destroy (&x->rmw[i].m);
+    pthread_cond_destroy (&x->rmw[i].c);
+  }
   free (x);
 }
 
@@ -1414,8 +1529,10 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   /* XXX: DPOFUA from MODE SENSE; until probed, FUA is emulated by a
    * SYNCHRONIZE CACHE after the write, which is always correct. */
   x->dpofua = false;
-  for (int i = 0; i < RMW_STRIPES; i++)
-    pthread_mutex_init (&x->rmw[i], NULL);
+  for (int i = 0; i < RMW_STRIPES; i++) {
+    pthread_mutex_init (&x->rmw[i].m, NULL);
+    pthread_cond_init (&x->rmw[i].c, NULL);
+  }
   pthread_mutex_init (&x->reval, NULL);
   x->seen_logins = lg_pool_reconnects (p);
   atomic_init (&x->epoch, pool_epoch (x));
