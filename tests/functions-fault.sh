@@ -17,6 +17,9 @@
 #                              line number the next fault_rule gets)
 #
 # FAULT_RULES and FAULT_LOG name the rules file and the event log.
+# FAULTIO_CACHE=SUBSTR (set before fault_tgt_start): a volatile write
+# cache over the backing files whose path contains SUBSTR, lost when tgtd
+# is killed (tgt_kill): a power cut of the target.
 #
 # Rules (faultio.c has the details), one a line, '#' comments, fields
 # KEY=VALUE separated by blanks, all given fields must match:
@@ -49,6 +52,7 @@ fault_tgt_start ()
   TGT_ENV=("LD_PRELOAD=$so" "FAULTIO_RULES=$FAULT_RULES"
            "FAULTIO_LOG=$FAULT_LOG")
   [ -z "${FAULTIO_DEBUG:-}" ] || TGT_ENV+=("FAULTIO_DEBUG=$FAULTIO_DEBUG")
+  [ -z "${FAULTIO_CACHE:-}" ] || TGT_ENV+=("FAULTIO_CACHE=$FAULTIO_CACHE")
   tgt_start
   grep -q faultio "/proc/$TGT_PID/maps" 2>/dev/null \
     || fail "tgtd did not load $so"

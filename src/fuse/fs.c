@@ -753,7 +753,7 @@ areq_done (void *opaque, int err)
  * answered by areq_done; false when the caller must do it itself. */
 static bool
 start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
-             size_t size, uint64_t off)
+             size_t size, uint64_t off, unsigned flags)
 {
   struct areq *a;
 
@@ -770,7 +770,7 @@ start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
     memcpy (a->buf, data, size);
   a->start = lg_dev_now_us ();
   atomic_fetch_add (&the_fs->inflight, 1);
-  if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, 0, areq_done, a)
+  if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, flags, areq_done, a)
       < 0) {
     atomic_fetch_sub (&the_fs->inflight, 1);
     free (a);
@@ -798,7 +798,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   end = (uint64_t) off + size;
   if (end > nd->dev->size)
     size = (size_t) (nd->dev->size - (uint64_t) off);
-  if (start_async (req, nd, false, NULL, size, (uint64_t) off))
+  if (start_async (req, nd, false, NULL, size, (uint64_t) off, 0))
     return;
   buf = malloc (size ? size : 1);
   if (buf == NULL) {
@@ -821,9 +821,12 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
           off_t off, struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
+  /* O_SYNC, O_DSYNC, and RWF_DSYNC or RWF_SYNC on one write (the kernel
+   * passes those as the write's flags): on the target's medium before
+   * the answer.  (Through the page cache the kernel asks with fsync.) */
+  unsigned flags = fi->flags & (O_SYNC | O_DSYNC) ? LG_FUA : 0;
   int r;
 
-  (void) fi;
   if (nd->dev == NULL) {
     fuse_reply_err (req, EROFS);
     return;
@@ -835,9 +838,9 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
   if ((uint64_t) off + size > nd->dev->size)
     size = (size_t) (nd->dev->size - (uint64_t) off);
   if (!nd->dev->read_only
-      && start_async (req, nd, true, buf, size, (uint64_t) off))
+      && start_async (req, nd, true, buf, size, (uint64_t) off, flags))
     return;
-  r = lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, 0);
+  r = lg_dev_pwrite (nd->dev, buf, size, (uint64_t) off, flags);
   written (nd); /* a failed write may have written a part */
   if (r < 0) {
     fuse_reply_err (req, file_errno (errno));

@@ -19,6 +19,14 @@
  *                       LINE is the rule's line number in FILE, OP is read
  *                       or write, RESULT the real call's return value.
  *   FAULTIO_DEBUG=1     say on stderr what is loaded and what fires.
+ *   FAULTIO_CACHE=SUBSTR  a volatile write cache, for the files whose path
+ *                       contains SUBSTR: writes are kept in memory (reads
+ *                       see them) and reach the file only at the next
+ *                       fdatasync or fsync of that descriptor, in order;
+ *                       killing tgtd loses what was not flushed, as a
+ *                       power cut loses a disk's cache.  (tgt flushes with
+ *                       fdatasync for SYNCHRONIZE CACHE and for a WRITE
+ *                       with FUA.)  Rules apply before the cache.
  *
  * Rules, one a line, '#' starts a comment, fields KEY=VALUE separated by
  * blanks; an I/O matches a rule when every field given matches:
@@ -93,6 +101,20 @@ static struct count *counts;
 static struct stat rules_st;
 static bool rules_seen;
 static __thread int in_hook;
+
+/* The volatile cache (FAULTIO_CACHE): writes not yet flushed, oldest
+ * first. */
+struct cached {
+  struct cached *next;
+  int fd;
+  off_t off;
+  size_t len;
+  uint8_t data[];
+};
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cached *cache_head, **cache_tail = &cache_head;
+static int (*real_fdatasync) (int);
+static int (*real_fsync) (int);
 
 static ssize_t (*real_pread) (int, void *, size_t, off_t);
 static ssize_t (*real_pwrite) (int, const void *, size_t, off_t);
@@ -420,6 +442,108 @@ resolve (void)
   if (real_pwritev == NULL)
     real_pwritev = (ssize_t (*) (int, const struct iovec *, int, off_t)) dlsym (
         RTLD_NEXT, "pwritev");
+  if (real_fdatasync == NULL)
+    real_fdatasync = (int (*) (int)) dlsym (RTLD_NEXT, "fdatasync");
+  if (real_fsync == NULL)
+    real_fsync = (int (*) (int)) dlsym (RTLD_NEXT, "fsync");
+}
+
+/* Whether fd is a file of the volatile cache. */
+static bool
+cached_fd (int fd)
+{
+  const char *want = getenv ("FAULTIO_CACHE");
+  char link[64], path[4096];
+  ssize_t n;
+
+  if (want == NULL || want[0] == '\0')
+    return false;
+  snprintf (link, sizeof link, "/proc/self/fd/%d", fd);
+  n = readlink (link, path, sizeof path - 1);
+  if (n <= 0)
+    return false;
+  path[n] = '\0';
+  return strstr (path, want) != NULL;
+}
+
+/* A write into the cache: the full length, or -1 (ENOMEM). */
+static ssize_t
+cache_write (int fd, const void *buf, const struct iovec *iov, int iovcnt,
+             size_t len, off_t off)
+{
+  struct cached *c = malloc (sizeof *c + len);
+  size_t k = 0;
+
+  if (c == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  c->next = NULL;
+  c->fd = fd;
+  c->off = off;
+  c->len = len;
+  if (iov)
+    for (int i = 0; i < iovcnt; i++) {
+      memcpy (c->data + k, iov[i].iov_base, iov[i].iov_len);
+      k += iov[i].iov_len;
+    }
+  else
+    memcpy (c->data, buf, len);
+  pthread_mutex_lock (&cache_lock);
+  *cache_tail = c;
+  cache_tail = &c->next;
+  pthread_mutex_unlock (&cache_lock);
+  return (ssize_t) len;
+}
+
+/* A read of [off, off+len) into buf: the file, then what the cache
+ * holds over it, oldest first, so that the newest wins; under the cache
+ * lock, so that no flush moves bytes between the two. */
+static ssize_t
+cache_read (int fd, uint8_t *buf, size_t len, off_t off)
+{
+  ssize_t ret;
+
+  pthread_mutex_lock (&cache_lock);
+  ret = real_pread (fd, buf, len, off);
+  if (ret > 0)
+    len = (size_t) ret;
+  for (struct cached *c = cache_head; c; c = c->next) {
+    off_t lo = c->off > off ? c->off : off;
+    off_t hi = c->off + (off_t) c->len < off + (off_t) len
+        ? c->off + (off_t) c->len
+        : off + (off_t) len;
+
+    if (ret > 0 && c->fd == fd && lo < hi)
+      memcpy (buf + (lo - off), c->data + (lo - c->off), (size_t) (hi - lo));
+  }
+  pthread_mutex_unlock (&cache_lock);
+  return ret;
+}
+
+/* fd's cached writes reach the file, in order. */
+static int
+cache_flush (int fd)
+{
+  struct cached **p, *c;
+  int ret = 0;
+
+  pthread_mutex_lock (&cache_lock);
+  for (p = &cache_head; (c = *p);) {
+    if (c->fd != fd) {
+      p = &c->next;
+      continue;
+    }
+    if (real_pwrite (fd, c->data, c->len, c->off) != (ssize_t) c->len)
+      ret = -1;
+    *p = c->next;
+    free (c);
+  }
+  cache_tail = p;
+  for (c = cache_head; c; c = c->next)
+    cache_tail = &c->next;
+  pthread_mutex_unlock (&cache_lock);
+  return ret;
 }
 
 static size_t
@@ -478,11 +602,56 @@ hook (int fd, enum op op, void *rbuf, const void *wbuf, const struct iovec *iov,
   return ret;
 
 real:
+  if (!in_hook && cached_fd (fd)) {
+    if (op == OP_WRITE)
+      return cache_write (fd, wbuf, iov, iovcnt, len, off);
+    if (iov) {
+      /* Read whole, then overlay and scatter. */
+      uint8_t *tmp = malloc (len ? len : 1);
+      size_t k = 0;
+
+      if (tmp == NULL) {
+        errno = ENOMEM;
+        return -1;
+      }
+      ret = cache_read (fd, tmp, len, off);
+      if (ret >= 0) {
+        for (int i = 0; i < iovcnt && k < (size_t) ret; i++) {
+          size_t n = iov[i].iov_len < (size_t) ret - k ? iov[i].iov_len
+                                                       : (size_t) ret - k;
+
+          memcpy (iov[i].iov_base, tmp + k, n);
+          k += n;
+        }
+      }
+      free (tmp);
+      return ret;
+    }
+    return cache_read (fd, rbuf, len, off);
+  }
   if (iov)
     return op == OP_READ ? real_preadv (fd, iov, iovcnt, off)
                          : real_pwritev (fd, iov, iovcnt, off);
   return op == OP_READ ? real_pread (fd, rbuf, len, off)
                        : real_pwrite (fd, wbuf, len, off);
+}
+
+int
+fdatasync (int fd)
+{
+  resolve ();
+  if (cache_flush (fd) < 0)
+    return -1;
+  return real_fdatasync (fd);
+}
+
+int
+fsync (int fd)
+{
+  resolve ();
+  if (cache_flush (fd) < 0)
+    return -1;
+  return real_fsync (fd);
 }
 
 /* The interposed symbols (their prototypes are glibc's).  On 64-bit
