@@ -952,6 +952,14 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
     fuse_reply_err (req, ENXIO);
     return;
   }
+  /* Through the page cache, pages the kernel has not written back yet
+   * are data the LUN's map does not show: no holes are reported there
+   * (all data, the one hole at the end), as for a file system without
+   * SEEK_DATA. */
+  if (!the_fs->o.direct_io) {
+    fuse_reply_lseek (req, whence == SEEK_DATA ? off : (off_t) nd->dev->size);
+    return;
+  }
   s.holes_zero = nd->dev->holes_zero;
   if (lg_dev_extents (nd->dev, nd->dev->size - (uint64_t) off, (uint64_t) off,
                       seek_extent, &s)
