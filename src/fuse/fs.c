@@ -816,6 +816,17 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   free (buf);
 }
 
+/* Written back from the page cache past the LUN's end (the kernel owns
+ * the file size there and let a write grow the file): lost, said. */
+static void
+past_end (struct node *nd, uint64_t off, size_t len)
+{
+  lg_error ("%s: a write of bytes %" PRIu64 "-%" PRIu64 " past the LUN's end "
+            "(%" PRIu64 " bytes) was refused: those bytes are on no LUN, and "
+            "the next fsync of the file fails",
+            nd->dev->name, off, off + len - 1, nd->dev->size);
+}
+
 static void
 fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
           off_t off, struct fuse_file_info *fi)
@@ -832,11 +843,25 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     return;
   }
   if (off < 0 || (uint64_t) off >= nd->dev->size) {
+    if (fi->writepage && off >= 0 && size)
+      past_end (nd, (uint64_t) off, size);
     fuse_reply_err (req, (off >= 0 && size) ? ENOSPC : EINVAL);
     return;
   }
-  if ((uint64_t) off + size > nd->dev->size)
-    size = (size_t) (nd->dev->size - (uint64_t) off);
+  if ((uint64_t) off + size > nd->dev->size) {
+    size_t inside = (size_t) (nd->dev->size - (uint64_t) off);
+
+    /* The kernel's writeback ignores a short count: the part inside is
+     * written, and the whole write fails, so that the next fsync does. */
+    if (fi->writepage) {
+      past_end (nd, (uint64_t) off + inside, size - inside);
+      r = lg_dev_pwrite (nd->dev, buf, inside, (uint64_t) off, flags);
+      written (nd);
+      fuse_reply_err (req, r < 0 ? file_errno (errno) : ENOSPC);
+      return;
+    }
+    size = inside;
+  }
   if (!nd->dev->read_only
       && start_async (req, nd, true, buf, size, (uint64_t) off, flags))
     return;
