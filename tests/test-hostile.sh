@@ -144,6 +144,19 @@ copy_ok redirect
 copy_ok unit-attention
 copy_ok reject-logout
 
+# A write the target asks for twice in part (R2Ts that overlap) and then
+# acknowledges: refused with the message, never acknowledged to the
+# client (issue 27, item 5: the target then held other bytes than were
+# written).
+hostile --mode r2t-overlap --repeat always --size $((8 << 20))
+rc=0
+with_timeout 30 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" \
+  "${params[@]}" --run "env -u LD_PRELOAD '$NBD_PYTHON' -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); h.pwrite(bytes(range(256)) * 4096, 0); h.flush()' \"\$uri\"" \
+  >"$d/r2t.out" 2>"$d/r2t.err" </dev/null || rc=$?
+[ "$rc" -ne 0 ] || { cat "$d/r2t.err"; fail "mode r2t-overlap: the write was acknowledged"; }
+grep -Eq "broke the protocol: an R2T for [0-9]+ bytes at [0-9]+, which asks again for bytes before" "$d/r2t.err" \
+  || { cat "$d/r2t.err"; fail "mode r2t-overlap: no message naming the overlapping R2T"; }
+
 # ---- the mount: refused with the message, or served right ----
 if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   mnt=$d/mnt

@@ -41,7 +41,11 @@ struct task {
   uint32_t blocks; /* a READ or WRITE: from lba, this many */
   uint64_t lba;
   uint32_t edtl, got; /* expected data transfer length, Data-In so far */
-  uint32_t rtt;       /* ABORT TASK: the task it aborts */
+  /* A write: where the next R2T may start (the end of the immediate and
+   * unsolicited data seen, and of the last R2T): R2Ts come in increasing
+   * order (DataSequenceInOrder), each byte asked for once. */
+  uint32_t r2t_next;
+  uint32_t rtt; /* ABORT TASK: the task it aborts */
 };
 
 /* One direction: bytes [off, len) are in buf; [off, ok) are checked and
@@ -271,7 +275,18 @@ note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
       t->r = (h[1] & 0x40) != 0;
       t->w = (h[1] & 0x20) != 0;
       t->edtl = be32 (h + 20);
+      t->r2t_next = (uint32_t) h[5] << 16 | (uint32_t) h[6] << 8 | h[7];
       note_cdb (t, h);
+    }
+    break;
+  case 0x05: /* SCSI Data-Out, unsolicited (no target transfer tag) */
+    if (be32 (h + 20) == 0xffffffff && (t = find (r, itt)) != NULL
+        && t->kind == K_SCSI) {
+      uint64_t end = (uint64_t) be32 (h + 40)
+          + ((uint32_t) h[5] << 16 | (uint32_t) h[6] << 8 | h[7]);
+
+      if (end > t->r2t_next && end <= UINT32_MAX)
+        t->r2t_next = (uint32_t) end;
     }
     break;
   case 0x00: /* NOP-Out */
@@ -405,7 +420,7 @@ static int
 check_r2t (struct lg_relay *r, const unsigned char *h)
 {
   uint32_t itt = be32 (h + 16), off = be32 (h + 40), len = be32 (h + 44);
-  const struct task *t = find (r, itt);
+  struct task *t = find (r, itt);
 
   if (t == NULL || t->kind != K_SCSI || !t->w)
     return fail (r, true, "an R2T for task 0x%08x, which is no write of ours",
@@ -415,6 +430,14 @@ check_r2t (struct lg_relay *r, const unsigned char *h)
                  "an R2T for %" PRIu32 " bytes at %" PRIu32 " (%s has %" PRIu32
                  ", MaxBurstLength %" PRIu32 ")",
                  len, off, task_name (r, t), t->edtl, r->max_burst);
+  /* Bytes asked for twice (or sent already): a target that counts them
+   * as the next ones would store other bytes than were written. */
+  if (off < t->r2t_next)
+    return fail (r, true,
+                 "an R2T for %" PRIu32 " bytes at %" PRIu32 ", which asks "
+                 "again for bytes before %" PRIu32 " (%s)",
+                 len, off, t->r2t_next, task_name (r, t));
+  t->r2t_next = off + len;
   return 0;
 }
 

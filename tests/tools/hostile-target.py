@@ -48,6 +48,9 @@ MODES = {
     "odd-sense": "READ: CHECK CONDITION whose SenseLength lies (longer than "
     "the segment, then 0 the next time)",
     "r2t-huge": "first WRITE: an R2T asking for 4 GiB-1 bytes",
+    "r2t-overlap": "WRITE: each R2T after the first asks again for the "
+    "last 512 bytes it got, and the bytes are counted, not placed: the "
+    "write completes GOOD with its end never sent",
     "no-answer": "never answer SCSI commands (NOP, TMF, Logout still "
     "answered)",
     "closed-window": "MaxCmdSN = ExpCmdSN-1 from the final login response "
@@ -752,6 +755,8 @@ class Conn:
 
     def next_r2t(self, t):
         off = t.got
+        if off >= 512 and self.fire("r2t-overlap"):
+            off -= 512
         n = min(self.max_burst, t.edtl - off)
         self.send_r2t(t, off, n)
 
