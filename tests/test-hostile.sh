@@ -137,6 +137,13 @@ COPY_MAY_PASS=1 copy_fails nop-flood "broke the protocol: a flood of NOP-Ins"
 copy_fails closed-window "kept its command window closed"
 copy_fails no-answer "no answer within the outage budget"
 copy_fails close-after-login "unreachable for 2 s \\(the outage budget\\)"
+# The cause of each lost connection: the socket closed, not libiscsi's
+# "unknown error" or a stale text of some earlier failure (issue 27,
+# item 10).
+if ! grep -q "connection lost: the connection was closed (by the target or the network)" "$d/cf.err" \
+   || grep -q "connection lost: unknown error" "$d/cf.err"; then
+  cat "$d/cf.err"; fail "mode close-after-login: the lost connections do not say the target closed them"
+fi
 
 # ---- survivable: served, with the right data ----
 copy_ok good

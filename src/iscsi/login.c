@@ -81,9 +81,11 @@ lg_s_why (struct lg_session *s, char *buf, size_t len)
       snprintf (buf, len, "%s", lg_relay_error (s->relay));
     return buf;
   }
-  if (e == NULL || *e == '\0')
-    e = "unknown error";
-  if (strstr (e, "reconnect_if_loggedin") != NULL)
+  /* libiscsi's text stays from whatever failed last (a unit attention's
+   * sense, long ago): only a text the failing service set is the cause;
+   * none means the socket closed. */
+  if (e == NULL || *e == '\0' || strcmp (e, s->err_before) == 0
+      || strstr (e, "reconnect_if_loggedin") != NULL)
     e = "the connection was closed (by the target or the network)";
   snprintf (buf, len, "%s", e);
   n = strlen (buf);
@@ -252,6 +254,10 @@ lg_s_service (struct lg_session *s, short revents)
    * sends. */
   if (in && revents != POLLOUT)
     revents |= POLLIN;
+  /* What libiscsi says after a failure is its cause only if it changed
+   * (lg_s_why). */
+  snprintf (s->err_before, sizeof s->err_before, "%s",
+            iscsi_get_error (s->ctx) ? iscsi_get_error (s->ctx) : "");
   s->in_service = true;
   r = iscsi_service (s->ctx, revents);
   s->in_service = false;

@@ -91,6 +91,7 @@ struct lg_session {
   struct iscsi_context *ctx; /* see the lock */
   struct lg_relay *relay;    /* between ctx and the target (relay.h) */
   bool in_service;           /* inside iscsi_service: in a callback */
+  char err_before[256];      /* libiscsi's error text before the service */
   pthread_t thread;
   int efd;  /* eventfd: wakes the loop */
   int pefd; /* eventfd: wakes a submitter that polls (selfpoll.c) */
