@@ -106,6 +106,9 @@ head -c $((8 << 20)) /dev/urandom >"$d/pattern"
 # ---- values that make no sense: refused at open, naming the field ----
 info_case capacity-huge 1 "capacity of .* beyond 2\^63 bytes|last LBA is 2\^64-1"
 info_case block-len-odd 1 "unsupported logical block size 520"
+# ExpCmdSN ahead of the commands (libiscsi then refuses to send): the
+# budget ends it (issue 27, item 4: it logged in again for ever).
+info_case expcmdsn-ahead 1 "unreachable for 2 s \\(the outage budget\\)"
 info_case mrdsl-zero 1 "broke the protocol: the target declares MaxRecvDataSegmentLength=0"
 info_case redirect-loop 1 "redirected 6 times"
 info_case inquiry-flood 1 "beyond the 255 the command asked for"

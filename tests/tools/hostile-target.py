@@ -53,6 +53,8 @@ MODES = {
     "write completes GOOD with its end never sent",
     "no-answer": "never answer SCSI commands (NOP, TMF, Logout still "
     "answered)",
+    "expcmdsn-ahead": "ExpCmdSN 5 ahead of the commands received, from "
+    "the final login response on (normal sessions)",
     "closed-window": "MaxCmdSN = ExpCmdSN-1 from the final login response "
     "on (normal sessions)",
     "nop-flood": "unsolicited NOP-Ins (asking for a reply) as fast as "
@@ -421,8 +423,10 @@ class Conn:
         h[8:16] = lun
         put(h, 16, 4, itt)
         put(h, 24, 4, self.next_statsn() if statsn else self.statsn)
-        put(h, 28, 4, self.expcmdsn)
-        put(h, 32, 4, self.maxcmdsn())
+        ahead = (5 if self.ffp and self.normal()
+                 and self.active("expcmdsn-ahead") else 0)
+        put(h, 28, 4, (self.expcmdsn + ahead) & 0xFFFFFFFF)
+        put(h, 32, 4, (self.maxcmdsn() + ahead) & 0xFFFFFFFF)
         return h
 
     def send(self, h, data=b"", ahs=b"", dsl=None):
