@@ -10,13 +10,12 @@
  * its stripe (keyed by LBA), and whole-block writes, zeroings and trims
  * are counted on the stripes they cover while they are in flight: an RMW
  * waits until no whole-block write is in flight on its stripe, and new
- * ones wait while an RMW runs or waits there.  So neither an RMW nor a
- * whole-block write of one block can land between the other's read and
- * write, and lose its bytes (two RMWs, or an RMW and an aligned write of
- * another connection).  A request enters its stripes in index order and
- * an RMW holds one: no cycle.  The stripe mutexes are leaves, held only
- * to count; the waits are on their condition variables, and nothing is
- * held across a round trip but an RMW's own stripe.
+ * ones wait for the RMWs that came before them there (struct stripe).
+ * So neither an RMW nor a whole-block write of one block can land
+ * between the other's read and write, and lose its bytes (two RMWs, or
+ * an RMW and an aligned write of another connection), and neither kind
+ * starves the other.  stripe_lock is a leaf, held only to count; nothing
+ * is held across a round trip but an RMW's own turn.
  */
 #include <config.h>
 
@@ -51,13 +50,16 @@
 /* Commands per batch on the stack; larger batches are allocated. */
 #define STACK_CMDS 16
 
-/* One stripe of blocks (lba % RMW_STRIPES): what writes over it now. */
+/* One stripe of blocks (lba % RMW_STRIPES): what writes over it now
+ * (under the device's stripe_lock).  RMWs take tickets and run one at a
+ * time in ticket order, each when no whole-block request is in flight
+ * there; a whole-block request waits only for the RMWs ticketed before
+ * it came, on all its stripes at once, then counts itself on all of them
+ * at once.  So neither kind starves the other, and nothing is held while
+ * waiting. */
 struct stripe {
-  pthread_mutex_t m;
-  pthread_cond_t c;
-  unsigned writers; /* whole-block requests in flight over it */
-  unsigned waiting; /* RMWs waiting for them */
-  bool rmw;         /* an RMW runs */
+  unsigned writers;       /* whole-block requests in flight over it */
+  uint64_t next, serving; /* RMW tickets: the next to give, the one to run */
 };
 
 struct idev {
@@ -99,6 +101,8 @@ struct idev {
    * claim on, checked after every login while the LUN is held. */
   struct lg_known *known;
   atomic_bool known_on;
+  pthread_mutex_t stripe_lock;
+  pthread_cond_t stripe_cond;
   struct stripe rmw[RMW_STRIPES];
 };
 
@@ -123,24 +127,28 @@ stripes_of (uint64_t lba, uint64_t nblocks)
   return mask;
 }
 
-/* A whole-block request enters its stripes (in index order): it waits
- * while an RMW runs or waits on one of them. */
+/* A whole-block request enters its stripes: it waits until the RMWs
+ * ticketed on them before it came have run, then counts itself on all. */
 static uint64_t
 span_enter (struct idev *x, uint64_t lba, uint64_t nblocks)
 {
-  uint64_t mask = stripes_of (lba, nblocks);
+  uint64_t mask = stripes_of (lba, nblocks), need[RMW_STRIPES];
+  bool wait;
 
-  for (unsigned i = 0; i < RMW_STRIPES; i++) {
-    struct stripe *s = &x->rmw[i];
-
-    if (!(mask & (UINT64_C (1) << i)))
-      continue;
-    pthread_mutex_lock (&s->m);
-    while (s->rmw || s->waiting)
-      pthread_cond_wait (&s->c, &s->m);
-    s->writers++;
-    pthread_mutex_unlock (&s->m);
-  }
+  pthread_mutex_lock (&x->stripe_lock);
+  for (unsigned i = 0; i < RMW_STRIPES; i++)
+    need[i] = x->rmw[i].next;
+  do {
+    wait = false;
+    for (unsigned i = 0; i < RMW_STRIPES && !wait; i++)
+      wait = (mask & (UINT64_C (1) << i)) && x->rmw[i].serving < need[i];
+    if (wait)
+      pthread_cond_wait (&x->stripe_cond, &x->stripe_lock);
+  } while (wait);
+  for (unsigned i = 0; i < RMW_STRIPES; i++)
+    if (mask & (UINT64_C (1) << i))
+      x->rmw[i].writers++;
+  pthread_mutex_unlock (&x->stripe_lock);
   return mask;
 }
 
@@ -148,40 +156,35 @@ span_enter (struct idev *x, uint64_t lba, uint64_t nblocks)
 static void
 span_exit (struct idev *x, uint64_t mask)
 {
-  for (unsigned i = 0; i < RMW_STRIPES; i++) {
-    struct stripe *s = &x->rmw[i];
-
-    if (!(mask & (UINT64_C (1) << i)))
-      continue;
-    pthread_mutex_lock (&s->m);
-    if (--s->writers == 0)
-      pthread_cond_broadcast (&s->c);
-    pthread_mutex_unlock (&s->m);
-  }
+  pthread_mutex_lock (&x->stripe_lock);
+  for (unsigned i = 0; i < RMW_STRIPES; i++)
+    if (mask & (UINT64_C (1) << i))
+      x->rmw[i].writers--;
+  pthread_cond_broadcast (&x->stripe_cond);
+  pthread_mutex_unlock (&x->stripe_lock);
 }
 
 static struct stripe *
 rmw_enter (struct idev *x, uint64_t lba)
 {
   struct stripe *s = &x->rmw[lba % RMW_STRIPES];
+  uint64_t t;
 
-  pthread_mutex_lock (&s->m);
-  s->waiting++;
-  while (s->rmw || s->writers)
-    pthread_cond_wait (&s->c, &s->m);
-  s->waiting--;
-  s->rmw = true;
-  pthread_mutex_unlock (&s->m);
+  pthread_mutex_lock (&x->stripe_lock);
+  t = s->next++;
+  while (s->serving != t || s->writers)
+    pthread_cond_wait (&x->stripe_cond, &x->stripe_lock);
+  pthread_mutex_unlock (&x->stripe_lock);
   return s;
 }
 
 static void
-rmw_exit (struct stripe *s)
+rmw_exit (struct idev *x, struct stripe *s)
 {
-  pthread_mutex_lock (&s->m);
-  s->rmw = false;
-  pthread_cond_broadcast (&s->c);
-  pthread_mutex_unlock (&s->m);
+  pthread_mutex_lock (&x->stripe_lock);
+  s->serving++;
+  pthread_cond_broadcast (&x->stripe_cond);
+  pthread_mutex_unlock (&x->stripe_lock);
 }
 
 /* Known blocks (known.h): a write's token, 0 when not tracked. */
@@ -910,7 +913,7 @@ rmw_block (struct idev *x, uint64_t lba, uint64_t skip, const uint8_t *src,
     r = rw_blocks (x, true, bounce, lba, 1, fua);
   }
   saved = errno;
-  rmw_exit (s);
+  rmw_exit (x, s);
   free (bounce);
   errno = saved;
   return r;
@@ -1405,10 +1408,8 @@ idev_close (struct lg_dev *d)
   lg_known_free (x->known);
   if (x->owns_pool)
     lg_pool_close (x->pool);
-  for (int i = 0; i < RMW_STRIPES; i++) {
-    pthread_mutex_destroy (&x->rmw[i].m);
-    pthread_cond_destroy (&x->rmw[i].c);
-  }
+  pthread_mutex_destroy (&x->stripe_lock);
+  pthread_cond_destroy (&x->stripe_cond);
   free (x);
 }
 
@@ -1529,10 +1530,8 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   /* XXX: DPOFUA from MODE SENSE; until probed, FUA is emulated by a
    * SYNCHRONIZE CACHE after the write, which is always correct. */
   x->dpofua = false;
-  for (int i = 0; i < RMW_STRIPES; i++) {
-    pthread_mutex_init (&x->rmw[i].m, NULL);
-    pthread_cond_init (&x->rmw[i].c, NULL);
-  }
+  pthread_mutex_init (&x->stripe_lock, NULL);
+  pthread_cond_init (&x->stripe_cond, NULL);
   pthread_mutex_init (&x->reval, NULL);
   x->seen_logins = lg_pool_reconnects (p);
   atomic_init (&x->epoch, pool_epoch (x));
