@@ -16,6 +16,7 @@ t=iqn.2026-12.org.lungate:eof
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 8M
 tgt_add_lun 1 2 8M
+tgt_add_lun 1 3 $((8 * 1048576 + 512))
 tgt_allow 1 ALL
 m1=$TGT_DIR/m1 m2=$TGT_DIR/m2
 mount_points "$m1" "$m2"
@@ -69,4 +70,30 @@ else:
     sys.exit("a write past the end succeeded")
 os.fsync(fd)
 PY
+
+# A LUN whose last page is only partly inside it (8 MiB + 512): after a
+# write crossing the end (refused, fsync fails), the kernel keeps the
+# file size past the end and writes that page back again, stale bytes
+# past the end included, with every change to it; a later write wholly
+# inside the LUN must not fail fsync for them (the hostile review).
+m3=$TGT_DIR/m3
+mount_points "$m3"
+"$LUNGATE" mount "iscsi://$TGT_PORTAL/$t/3" "$m3" || fail "mount LUN 3"
+python3 - "$m3/lun3" <<'PY' || fail "page cache: a write inside the LUN failed fsync for stale bytes past its end"
+import errno, os, sys
+size = (8 << 20) + 512
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"\x5a" * 1024, size - 512)
+try:
+    os.fsync(fd)
+except OSError as e:
+    assert e.errno in (errno.ENOSPC, errno.EIO), e
+else:
+    sys.exit("the crossing write's fsync returned 0")
+os.pwrite(fd, b"\x66" * 100, size - 300)
+os.fsync(fd)
+PY
+img=$(tgt_lun_file 1 3)
+[ "$(od -v -An -tx1 -j $((8 * 1048576 + 212)) -N100 "$img" | tr -d ' \n' | tr -d 6)" = "" ] \
+  || fail "page cache: the write inside the LUN is not on it"
 echo "test-mount-eof: ok"

@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "fuse/fs.h"
 #include "util/log.h"
 
@@ -71,6 +73,11 @@ struct node {
   /* Writes, trims and zeroes completed: a count older than that is stale. */
   atomic_uint_fast64_t writes_gen;
   struct alloc alloc;
+  /* The last bytes past the LUN's end that were refused (past_end),
+   * under alloc_lock. */
+  uint64_t past_off;
+  size_t past_len;
+  uint8_t past_hash[16];
 };
 
 struct lg_fs {
@@ -817,14 +824,32 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Written back from the page cache past the LUN's end (the kernel owns
- * the file size there and let a write grow the file): lost, said. */
-static void
-past_end (struct node *nd, uint64_t off, size_t len)
+ * the file size there and let a write grow the file): lost, said, and
+ * true.  But the kernel keeps that size, and writes the last page back
+ * again with each change to it, the same stale bytes past the end among
+ * them: those, refused already, are false (the write-back is not failed
+ * again for them). */
+static bool
+past_end (struct node *nd, uint64_t off, const char *bytes, size_t len)
 {
+  uint8_t h[16];
+  bool again;
+
+  crypto_generichash (h, sizeof h, (const uint8_t *) bytes, len, NULL, 0);
+  pthread_mutex_lock (&the_fs->alloc_lock);
+  again = nd->past_off == off && nd->past_len == len
+      && memcmp (nd->past_hash, h, sizeof h) == 0;
+  nd->past_off = off;
+  nd->past_len = len;
+  memcpy (nd->past_hash, h, sizeof h);
+  pthread_mutex_unlock (&the_fs->alloc_lock);
+  if (again)
+    return false;
   lg_error ("%s: a write of bytes %" PRIu64 "-%" PRIu64 " past the LUN's end "
             "(%" PRIu64 " bytes) was refused: those bytes are on no LUN, and "
             "the next fsync of the file fails",
             nd->dev->name, off, off + len - 1, nd->dev->size);
+  return true;
 }
 
 static void
@@ -843,8 +868,11 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     return;
   }
   if (off < 0 || (uint64_t) off >= nd->dev->size) {
-    if (fi->writepage && off >= 0 && size)
-      past_end (nd, (uint64_t) off, size);
+    if (fi->writepage && off >= 0 && size
+        && !past_end (nd, (uint64_t) off, buf, size)) {
+      fuse_reply_write (req, size);
+      return;
+    }
     fuse_reply_err (req, (off >= 0 && size) ? ENOSPC : EINVAL);
     return;
   }
@@ -854,10 +882,17 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     /* The kernel's writeback ignores a short count: the part inside is
      * written, and the whole write fails, so that the next fsync does. */
     if (fi->writepage) {
-      past_end (nd, (uint64_t) off + inside, size - inside);
+      bool lost
+          = past_end (nd, (uint64_t) off + inside, buf + inside, size - inside);
+
       r = lg_dev_pwrite (nd->dev, buf, inside, (uint64_t) off, flags);
       written (nd);
-      fuse_reply_err (req, r < 0 ? file_errno (errno) : ENOSPC);
+      if (r < 0)
+        fuse_reply_err (req, file_errno (errno));
+      else if (lost)
+        fuse_reply_err (req, ENOSPC);
+      else
+        fuse_reply_write (req, size);
       return;
     }
     size = inside;
