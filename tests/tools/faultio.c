@@ -26,7 +26,11 @@
  *                       killing tgtd loses what was not flushed, as a
  *                       power cut loses a disk's cache.  (tgt flushes with
  *                       fdatasync for SYNCHRONIZE CACHE and for a WRITE
- *                       with FUA.)  Rules apply before the cache.
+ *                       with FUA.)  Rules apply before the cache.  A
+ *                       fallocate (tgt's trim and zeroing) or close of
+ *                       the descriptor writes its cache back first, as
+ *                       a disk may at any time, so that older cached
+ *                       writes never land over a hole punched later.
  *
  * Rules, one a line, '#' starts a comment, fields KEY=VALUE separated by
  * blanks; an I/O matches a rule when every field given matches:
@@ -114,6 +118,8 @@ struct cached {
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cached *cache_head, **cache_tail = &cache_head;
 static int (*real_fdatasync) (int);
+static int (*real_fallocate) (int, int, off_t, off_t);
+static int (*real_close) (int);
 static int (*real_fsync) (int);
 
 static ssize_t (*real_pread) (int, void *, size_t, off_t);
@@ -446,6 +452,11 @@ resolve (void)
     real_fdatasync = (int (*) (int)) dlsym (RTLD_NEXT, "fdatasync");
   if (real_fsync == NULL)
     real_fsync = (int (*) (int)) dlsym (RTLD_NEXT, "fsync");
+  if (real_fallocate == NULL)
+    real_fallocate
+        = (int (*) (int, int, off_t, off_t)) dlsym (RTLD_NEXT, "fallocate");
+  if (real_close == NULL)
+    real_close = (int (*) (int)) dlsym (RTLD_NEXT, "close");
 }
 
 /* Whether fd is a file of the volatile cache. */
@@ -707,4 +718,27 @@ pwritev64 (int fd, const struct iovec *iov, int iovcnt, off64_t off)
 {
   return hook (fd, OP_WRITE, NULL, NULL, iov, iovcnt, iov_len (iov, iovcnt),
                off);
+}
+
+int
+fallocate (int fd, int mode, off_t off, off_t len)
+{
+  resolve ();
+  if (cache_flush (fd) < 0)
+    return -1;
+  return real_fallocate (fd, mode, off, len);
+}
+
+int
+fallocate64 (int fd, int mode, off64_t off, off64_t len)
+{
+  return fallocate (fd, mode, off, len);
+}
+
+int
+close (int fd)
+{
+  resolve ();
+  cache_flush (fd);
+  return real_close (fd);
 }
