@@ -9,6 +9,8 @@
 #       serve the plugin on a private Unix socket for the time CMD runs
 #       (nbdkit --run); each '$uri' in an ARG becomes the export's URI.
 #       Returns CMD's status.  Bounded by NBD_RUN_TIMEOUT (default 120 s).
+#   nbd_write_str SOCKET STRING OFFSET   4 KiB of STRING at OFFSET, flushed
+#   nbd_read_head URL OFFSET [PARAM...]  the first 4 bytes at OFFSET
 
 # shellcheck source=functions.sh
 . "${srcdir:-.}/functions.sh"
@@ -160,4 +162,26 @@ except nbd.Error as e:
     print(e.errno or "error")
     sys.exit(3)
 PY
+}
+
+# nbd_write_str SOCKET STRING OFFSET: 4 KiB of STRING repeated, written
+# at OFFSET through the gateway on SOCKET, then a flush.
+nbd_write_str ()
+{
+  env -u LD_PRELOAD "$NBD_PYTHON" - "$1" "$2" "$3" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+d = (sys.argv[2].encode() * 4096)[:4096]
+h.pwrite(d, int(sys.argv[3])); h.flush()
+PY
+}
+
+# nbd_read_head URL OFFSET [PARAM...]: the first 4 bytes of the 4 KiB at
+# OFFSET, as text, through a fresh read-only gateway.
+nbd_read_head ()
+{
+  local url=$1 off=$2
+  shift 2
+  nbd_run -r "url=$url" "$@" -- "$NBD_PYTHON" -c \
+    "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, $off)[:4].decode(errors='replace'))" '$uri'
 }

@@ -32,26 +32,11 @@ mnt=$TGT_DIR/mnt
 mount_points "$mnt"
 key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"
 
-# write_unit SOCKET STRING: 4 KiB of STRING repeated at off, and a flush.
-write_unit ()
-{
-  env -u LD_PRELOAD "$NBD_PYTHON" - "$1" "$2" "$off" <<'PY'
-import nbd, sys
-h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
-d = (sys.argv[2].encode() * 4096)[:4096]
-h.pwrite(d, int(sys.argv[3])); h.flush()
-PY
-}
+write_unit () { nbd_write_str "$1" "$2" "$off"; }
 
 # read_unit URL [PARAM...]: the first 4 bytes at off, through a fresh
 # read-only gateway.
-read_unit ()
-{
-  local url=$1
-  shift
-  nbd_run -r "url=$url" "$@" -- "$NBD_PYTHON" -c \
-    "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, $off)[:4].decode(errors='replace'))" '$uri'
-}
+read_unit () { nbd_read_head "$1" "$off" "${@:2}"; }
 
 # held_then_killed NAME LINE PID: the write is held in tgtd (rule LINE):
 # kill -9 the gateway.

@@ -25,17 +25,7 @@ off=$((1 << 20))
 mnt=$TGT_DIR/mnt
 mount_points "$mnt"
 
-# nbd_write SOCKET STRING: 4 KiB of the string repeated at
-# off, then a flush (fsync).
-nbd_write ()
-{
-  env -u LD_PRELOAD "$NBD_PYTHON" - "$1" "$2" "$off" <<'PY'
-import nbd, sys
-h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
-d = (sys.argv[2].encode() * 4096)[:4096]
-h.pwrite(d, int(sys.argv[3])); h.flush()
-PY
-}
+nbd_write () { nbd_write_str "$1" "$2" "$off"; }
 
 reservation ()
 {
@@ -118,8 +108,7 @@ nbd_write "$TGT_DIR/owner-2.sock" "NEW-owner-" \
 fault_log_has "^stall-end 3 " \
   || fail "owner: the next gateway's write was acknowledged while the first one's was held"
 nbd_stop "${NBD_GW[owner-2]}"
-got=$(nbd_run -r "url=$url" "key-file=$key" -- "$NBD_PYTHON" -c \
-  "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.pread(4096, $off)[:4].decode(errors='replace'))" '$uri')
+got=$(nbd_read_head "$url" "$off" "key-file=$key")
 [ "$got" = NEW- ] || fail "owner: the volume does not hold NEW ('$got')"
 "$LUNGATE" verify --key-file "$key" "$url" >"$TGT_DIR/v3" 2>&1 \
   || { cat "$TGT_DIR/v3"; fail "owner: a unit fails authentication"; }
