@@ -42,7 +42,14 @@
 # fail MSG...: the test fails.
 fail ()
 {
+  local log=${XDG_RUNTIME_DIR:-/nonexistent}/lungate/mount.log
   printf '%s: FAIL: %s\n' "${0##*/}" "$*" >&2
+  # What the background mounts of this test logged (lungate-mount(1),
+  # --log: where there is no syslog, the runtime directory's file).
+  if [ -s "$log" ]; then
+    echo "--- the last lines of $log:" >&2
+    tail -n 60 "$log" >&2
+  fi
   exit 1
 }
 

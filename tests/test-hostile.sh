@@ -184,6 +184,46 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   dd if="$mnt/lun0" of="$d/out" bs=1M iflag=direct status=none || fail "mount: read"
   cmp "$d/pattern" "$d/out" || fail "mount: other data read back"
   fusermount3 -u "$mnt" || fail "unmount"
+
+  # A target that stops answering a read once the mount is up (it still
+  # answers NOP-Outs, so the connection looks alive), or cuts the read's
+  # Data-In short: the read fails with EIO within the outage budget
+  # (10 s), plus a scan period and a margin for a loaded or sanitized
+  # run; never later (issue 27, item 4: the read took two budgets, one
+  # for the wait and one more after the abort's answer).
+  for mode in no-answer truncated-pdu truncated-pdu-stall; do
+    rm -f "$d/arm"
+    hostile --mode "$mode" --repeat always --armed-by "$d/arm"
+    "$LUNGATE" mount --io-timeout 10 --connect-timeout 3 -o direct_io \
+      --log "$d/budget.log" "$url" "$mnt" || fail "mount for $mode"
+    took=$(timeout 120 python3 - "$mnt/lun0" "$d/arm" <<'PY'
+import errno, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+open(sys.argv[2], "w").close()
+t0 = time.monotonic()
+try:
+    os.pread(fd, 4096, 4 << 20)
+    print("read")
+except OSError as e:
+    print("%s %.1f" % ("EIO" if e.errno == errno.EIO else e.strerror,
+                       time.monotonic() - t0))
+PY
+    ) || true
+    fusermount3 -u "$mnt" || fusermount3 -u -z "$mnt"
+    case $took in
+      "EIO "*) ;;
+      *) cat "$d/budget.log"; fail "mount, mode $mode: the read ended with '$took', not EIO" ;;
+    esac
+    if ! awk -v t="${took#EIO }" 'BEGIN { exit !(t + 0 < 16) }'; then
+      cat "$d/budget.log"
+      fail "mount, mode $mode: the read failed after ${took#EIO } s, past the 10 s budget and its margin"
+    fi
+    echo "mount, mode $mode: the read failed after ${took#EIO } s (budget 10 s)"
+  done
+  # The background mount's messages reached its --log file (they went to
+  # /dev/null before --log).
+  grep -q "READ(16) LBA [0-9]*+[0-9]*: .*no answer within the outage budget (10 s)" "$d/budget.log" \
+    || { cat "$d/budget.log"; fail "the background mount did not log the failed read to its --log file"; }
 fi
 
 # ---- SIGTERM with a request waiting for a target that stopped answering

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "fuse/fs.h"
 #include "iscsi/lun.h"
 #include "iscsi/pool.h"
+#include "util/alive.h"
 #include "util/log.h"
 
 enum {
@@ -30,6 +32,7 @@ enum {
   OPT_GID,
   OPT_NONEMPTY,
   OPT_KEY_DIR,
+  OPT_LOG,
 };
 
 static const char usage[]
@@ -43,6 +46,9 @@ static const char usage[]
       "\n"
       "Options:\n"
       "  -f, --foreground             stay in the foreground\n"
+      "  --log stderr|syslog|FILE     where messages go (default: stderr\n"
+      "                               with -f; else syslog when /dev/log\n"
+      "                               exists, else RUNTIME_DIR/mount.log)\n"
       "  -o OPT[,OPT...]              mount options: ro, allow_other (with\n"
       "                               default_permissions), "
       "default_permissions,\n"
@@ -362,6 +368,54 @@ parse_num (const char *opt, const char *arg, int base, long max)
   return v;
 }
 
+/* Where messages go (--log WHERE, or the default for the foreground or
+ * the background): fo->log_fd and fo->log_syslog for the background,
+ * applied at once in the foreground.  0, or -1 (said why). */
+static int
+open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
+{
+  char path[PATH_MAX];
+  struct stat st;
+
+  if (where == NULL)
+    where = foreground                                           ? "stderr"
+        : (stat ("/dev/log", &st) == 0 && S_ISSOCK (st.st_mode)) ? "syslog"
+                                                                 : NULL;
+  if (where && strcmp (where, "stderr") == 0) {
+    fo->log_fd = STDERR_FILENO;
+    return 0;
+  }
+  if (where && strcmp (where, "syslog") == 0) {
+    if (foreground)
+      lg_log_to_syslog ();
+    fo->log_syslog = true;
+    return 0;
+  }
+  if (where == NULL) {
+    if (lg_runtime_dir (path, sizeof path, true) < 0) {
+      lg_warn ("no syslog and no runtime directory (%m): the background "
+               "mount's messages are lost; use --log FILE");
+      return 0;
+    }
+    strncat (path, "/mount.log", sizeof path - strlen (path) - 1);
+    where = path;
+  }
+  fo->log_fd = open (
+      where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+  if (fo->log_fd < 0) {
+    lg_error ("--log %s: cannot open the log file: %m", where);
+    return -1;
+  }
+  if (foreground) {
+    if (dup2 (fo->log_fd, STDERR_FILENO) < 0) {
+      lg_error ("--log %s: %m", where);
+      return -1;
+    }
+    lg_log_stamp (true);
+  }
+  return 0;
+}
+
 int
 lg_cmd_mount (int argc, char **argv)
 {
@@ -377,6 +431,7 @@ lg_cmd_mount (int argc, char **argv)
     { "shared", no_argument, NULL, OPT_SHARED },
     { "nonempty", no_argument, NULL, OPT_NONEMPTY },
     { "key-dir", required_argument, NULL, OPT_KEY_DIR },
+    { "log", required_argument, NULL, OPT_LOG },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -384,7 +439,9 @@ lg_cmd_mount (int argc, char **argv)
   struct lg_keytab tab = { 0 };
   struct lg_cmd_keys keys = { .tab = &tab };
   struct lg_url u = { 0 };
-  struct lg_fs_opts fo = { false, 0600, getuid (), getgid (), false };
+  struct lg_fs_opts fo
+      = { .file_mode = 0600, .uid = getuid (), .gid = getgid (), .log_fd = -1 };
+  const char *log = NULL;
   struct mount_plan *m = NULL;
   struct lg_fs *fs = NULL;
   char *fargv[8];
@@ -465,6 +522,13 @@ lg_cmd_mount (int argc, char **argv)
     case OPT_KEY_DIR:
       tab.dir = optarg;
       break;
+    case OPT_LOG:
+      if (optarg[0] == '\0') {
+        status = lg_usage_error ("mount", "--log: stderr, syslog or a file");
+        goto out;
+      }
+      log = optarg;
+      break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
       status = LG_EXIT_OK;
@@ -486,6 +550,8 @@ lg_cmd_mount (int argc, char **argv)
   }
   if (!mode_set && fo.read_only)
     fo.file_mode = 0400;
+  if (open_log (log, foreground, &fo) < 0)
+    goto out;
   if ((status = lg_cmd_prepare (argv[optind], &u, &login)) != 0)
     goto out;
   status = LG_EXIT_FAIL;

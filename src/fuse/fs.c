@@ -1118,20 +1118,25 @@ background (void)
   return fds[1];
 }
 
-/* The child serves: tell the parent, and leave the terminal. */
+/* The child serves: tell the parent, and leave the terminal; messages
+ * go to the log chosen (--log) from here on. */
 static void
-served (int fd)
+served (struct lg_fs *fs, int fd)
 {
   char c = 0;
   int null = open ("/dev/null", O_RDWR);
 
+  if (fs->o.log_syslog)
+    lg_log_to_syslog ();
+  else if (fs->o.log_fd >= 0)
+    lg_log_stamp (true);
   if (write (fd, &c, 1) != 1)
     lg_debug ("telling the parent: %m");
   close (fd);
   if (null >= 0) {
     dup2 (null, 0);
     dup2 (null, 1);
-    dup2 (null, 2);
+    dup2 (fs->o.log_fd >= 0 ? fs->o.log_fd : null, 2);
     if (null > 2)
       close (null);
   }
@@ -1174,7 +1179,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     goto out_unmount;
   }
   if (bg >= 0)
-    served (bg);
+    served (fs, bg);
   fs->se = se;
   fs->dir = dir;
   fs->main_tid = pthread_self ();

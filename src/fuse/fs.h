@@ -17,6 +17,10 @@ struct lg_fs_opts {
   uid_t uid;
   gid_t gid;
   bool direct_io; /* bypass the page cache */
+  /* In the background, once it serves: standard error goes to log_fd
+   * (-1: /dev/null), and messages to syslog if log_syslog. */
+  int log_fd;
+  bool log_syslog;
 };
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);

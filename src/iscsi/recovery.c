@@ -56,6 +56,7 @@
 
 #include <sodium.h>
 
+#include "iscsi/relay.h"
 #include "iscsi/session-int.h"
 #include "util/log.h"
 
@@ -177,6 +178,20 @@ lg_s_cmd_known (struct lg_session *s, struct lg_cmd *cmd)
     s->answered = true;
 }
 
+/* cmd->msg for a command unanswered past the budget; a window the target
+ * holds closed (the commands wait in libiscsi's queue) is named. */
+static void
+budget_msg (struct lg_session *s, struct lg_cmd *cmd)
+{
+  char what[96], window[128];
+
+  lg_s_cmd_range (cmd, what, sizeof what);
+  lg_relay_window_note (s->relay, window, sizeof window);
+  snprintf (cmd->msg, sizeof cmd->msg,
+            "%s: LUN %d: %s: no answer within the outage budget (%d s)%s",
+            lg_s_name (s), cmd->lun, what, s->budget_s, window);
+}
+
 /* The target confirmed that cmd is gone: issue it again, or fail it when
  * past the budget (it can no longer land, so either is safe). */
 void
@@ -189,12 +204,7 @@ lg_s_cmd_confirmed (struct lg_session *s, struct lg_cmd *cmd)
   lg_s_reset_task (cmd);
   if (s->budget_s >= 0
       && lg_mono_ms () - trouble >= (int64_t) s->budget_s * 1000) {
-    char what[96];
-
-    lg_s_cmd_range (cmd, what, sizeof what);
-    snprintf (cmd->msg, sizeof cmd->msg,
-              "%s: LUN %d: %s: no answer within the outage budget (%d s)",
-              lg_s_name (s), cmd->lun, what, s->budget_s);
+    budget_msg (s, cmd);
     lg_s_fail (s, cmd, cmd->msg);
     return;
   }
@@ -232,8 +242,11 @@ lg_s_report_unknown (struct lg_session *s, struct lg_cmd *cmd, const char *msg)
 void
 lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd)
 {
+  /* Unanswered since its issue: the budget runs from there (a target
+   * that stalls a read until the keepalive gives up must not get the
+   * keepalive's time on top of the budget). */
   if (cmd->trouble_ms == 0)
-    cmd->trouble_ms = lg_mono_ms ();
+    cmd->trouble_ms = cmd->issued_ms ? cmd->issued_ms : lg_mono_ms ();
   if (cmd->tmf) {
     cmd->tmf->cmd = NULL;
     cmd->tmf = NULL;
@@ -322,8 +335,11 @@ start_abort (struct lg_session *s, struct lg_cmd *cmd, int64_t now)
     lg_s_connection_lost (s, "no answer to SendTargets");
     return;
   }
+  /* The budget counts from the first trouble, and a command never
+   * answered was in trouble since it was issued: the request fails
+   * within the budget, not one abort later (issue 27, item 4). */
   if (cmd->trouble_ms == 0)
-    cmd->trouble_ms = now; /* the budget counts from the first trouble */
+    cmd->trouble_ms = cmd->issued_ms ? cmd->issued_ms : now;
   doubt (s, cmd);
   cmd->tmf = send_tmf (s, ISCSI_TM_ABORT_TASK, cmd->lun, cmd->task);
   if (cmd->tmf == NULL) {
@@ -450,8 +466,9 @@ tmf_cb (struct iscsi_context *ctx, int status, void *command_data,
 /* Commands unanswered for CMD_TIMEOUT_MS, or for the outage budget where
  * it is shorter, are aborted, and so are commands issued again that have
  * been in trouble for the budget; commands in trouble past the budget are
- * reported failed (their ranges stay fenced).  So the budget bounds every
- * wait, up to one more budget for the abort's answer. */
+ * reported failed (their ranges stay fenced).  A command never answered
+ * is in trouble from its issue, so the budget bounds every wait, plus up
+ * to a second of this scan's period. */
 void
 lg_s_scan (struct lg_session *s, int64_t now)
 {
@@ -475,12 +492,7 @@ lg_s_scan (struct lg_session *s, int64_t now)
 restart:
   for (c = s->inflight; c; c = c->next)
     if (c->state == CMD_ABORTING && now - c->trouble_ms >= budget) {
-      char what[96];
-
-      lg_s_cmd_range (c, what, sizeof what);
-      snprintf (c->msg, sizeof c->msg,
-                "%s: LUN %d: %s: no answer within the outage budget (%d s)",
-                lg_s_name (s), c->lun, what, s->budget_s);
+      budget_msg (s, c);
       c->expired = true;
       if (lg_s_cancel_task (s, c->task) != 0) {
         lg_s_inflight_del (s, c);

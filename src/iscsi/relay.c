@@ -560,6 +560,17 @@ note_window (struct lg_relay *r, const unsigned char *h)
     r->shut_since = 0;
 }
 
+void
+lg_relay_window_note (const struct lg_relay *r, char *buf, size_t len)
+{
+  buf[0] = '\0';
+  if (r && r->shut_since)
+    snprintf (buf, len,
+              "; the target has kept its command window closed for %ld s "
+              "(MaxCmdSN 0x%08" PRIx32 ", ExpCmdSN 0x%08" PRIx32 ")",
+              (long) (now_s () - r->shut_since), r->max_cmdsn, r->exp_cmdsn);
+}
+
 static int
 check_window (struct lg_relay *r)
 {

@@ -52,6 +52,10 @@ int lg_relay_pump (struct lg_relay *r, unsigned from, bool *delivered);
 const char *lg_relay_error (const struct lg_relay *r);
 bool lg_relay_broke_protocol (const struct lg_relay *r);
 
+/* Whether the target holds its command window closed (MaxCmdSN below
+ * ExpCmdSN), and since how many seconds: into buf, "" when it is open. */
+void lg_relay_window_note (const struct lg_relay *r, char *buf, size_t len);
+
 /* Checks one PDU header the target sent, for the fuzzer: hdr holds at
  * least 48 bytes.  0, or -1 with lg_relay_error set. */
 int lg_relay_check_in (struct lg_relay *r, const unsigned char *hdr,

@@ -110,7 +110,7 @@ struct lg_cmd {
   /* Set when the command completes. */
   int status; /* SCSI_STATUS_*; transport failures too */
   struct scsi_sense sense;
-  char msg[160];                  /* libiscsi's text for transport failures */
+  char msg[320];                  /* libiscsi's text for transport failures */
   struct lg_target_list *targets; /* LG_CMD_DISCOVERY result */
 
   /* Private to the session (its lock). */

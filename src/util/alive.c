@@ -26,9 +26,8 @@ static struct {
 static unsigned nmarks;
 static bool exit_armed;
 
-/* The runtime directory (alive.h), created when create: 0, or -1. */
-static int
-runtime_dir (char *buf, size_t len, bool create)
+int
+lg_runtime_dir (char *buf, size_t len, bool create)
 {
   const char *xdg = getenv ("XDG_RUNTIME_DIR");
   struct stat st;
@@ -62,7 +61,7 @@ key_path (uint64_t key, char *buf, size_t len, bool create)
   char dir[4096 - 40];
   int n;
 
-  if (runtime_dir (dir, sizeof dir, create) < 0)
+  if (lg_runtime_dir (dir, sizeof dir, create) < 0)
     return -1;
   n = snprintf (buf, len, "%s/lungate-%016" PRIx64 ".alive", dir, key);
   if (n < 0 || (size_t) n >= len) {

@@ -23,8 +23,14 @@
 #ifndef LG_UTIL_ALIVE_H
 #define LG_UTIL_ALIVE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* The runtime directory (above) into buf, created when create: 0, or -1
+ * with errno (EPERM: it exists and is not this user's alone). */
+int lg_runtime_dir (char *buf, size_t len, bool create);
 
 /* Marks key as this process's: 0, or -1 with errno (the process then
  * cannot be proven dead later; nothing else changes). */

@@ -1,21 +1,54 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Logging sink.  The level and the sink are set once at start-up, before
- * any worker thread exists, and only read afterwards.
+/* Logging sink.  The level is set once at start-up, before any worker
+ * thread exists, and only read afterwards; the sink may change later (a
+ * mount that goes to the background switches to its log), so it is
+ * atomic.
  */
 #include <config.h>
 
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "util/log.h"
 
-static lg_log_sink *sink;
+static _Atomic (lg_log_sink *) sink;
+static atomic_bool stamped;
 static enum lg_log_level max_level = LG_LOG_WARN;
 
 void
 lg_log_set_sink (lg_log_sink *s)
 {
-  sink = s;
+  atomic_store (&sink, s);
+}
+
+void
+lg_log_stamp (bool on)
+{
+  atomic_store (&stamped, on);
+}
+
+static void
+syslog_sink (enum lg_log_level level, const char *msg)
+{
+  static const int prio[] = {
+    [LG_LOG_ERROR] = LOG_ERR,   [LG_LOG_WARN] = LOG_WARNING,
+    [LG_LOG_INFO] = LOG_INFO,   [LG_LOG_DEBUG] = LOG_DEBUG,
+    [LG_LOG_TRACE] = LOG_DEBUG,
+  };
+
+  syslog (prio[level], "%s", msg);
+}
+
+void
+lg_log_to_syslog (void)
+{
+  openlog ("lungate", LOG_PID | LOG_NDELAY, LOG_USER);
+  lg_log_set_sink (syslog_sink);
 }
 
 void
@@ -39,8 +72,21 @@ default_sink (enum lg_log_level level, const char *msg)
   };
 
   /* One fprintf per line: stdio locks the stream, so lines from several
-   * threads do not interleave. */
-  fprintf (stderr, "lungate: %s%s\n", prefix[level], msg);
+   * threads do not interleave.  A log file has the time and the process
+   * on each line. */
+  if (atomic_load (&stamped)) {
+    struct timespec ts;
+    struct tm tm;
+    char when[32] = "";
+
+    clock_gettime (CLOCK_REALTIME, &ts);
+    if (localtime_r (&ts.tv_sec, &tm))
+      strftime (when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf (stderr, "%s.%03ld lungate[%ld]: %s%s\n", when,
+             ts.tv_nsec / 1000000, (long) getpid (), prefix[level], msg);
+  }
+  else
+    fprintf (stderr, "lungate: %s%s\n", prefix[level], msg);
 }
 
 void
@@ -79,5 +125,7 @@ lg_log (enum lg_log_level level, const char *fmt, ...)
   vsnprintf (buf, sizeof buf, fmt, ap);
   va_end (ap);
   lg_escape_controls (safe, sizeof safe, buf);
-  (sink ? sink : default_sink) (level, safe);
+  lg_log_sink *s = atomic_load (&sink);
+
+  (s ? s : default_sink) (level, safe);
 }

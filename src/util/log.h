@@ -7,6 +7,7 @@
 #ifndef LG_LOG_H
 #define LG_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum lg_log_level {
@@ -24,6 +25,14 @@ typedef void lg_log_sink (enum lg_log_level level, const char *msg);
 void lg_log_set_sink (lg_log_sink *sink);
 void lg_log_set_level (enum lg_log_level max);
 enum lg_log_level lg_log_get_level (void);
+
+/* The default sink puts the time and the process ID on each line (a log
+ * file), or not (a terminal). */
+void lg_log_stamp (bool on);
+
+/* From now on to syslog (the journal where there is one), as
+ * lungate[PID], facility user. */
+void lg_log_to_syslog (void);
 
 void lg_log (enum lg_log_level level, const char *fmt, ...)
     __attribute__ ((format (printf, 2, 3)));

@@ -16,6 +16,7 @@
 # Usage: hostile-target.py --port N [--host 127.0.0.1|::1] [--mode M[,M]]
 #   [--log FILE] [--once] ...; prints "ready PORT" when listening.
 import argparse
+import os
 import socket
 import sys
 import threading
@@ -106,6 +107,11 @@ A = None        # parsed arguments
 LOG = None      # the event sink
 DISKS = []      # one Disk per LUN
 STATE = None    # process-wide counters
+
+
+def armed():
+    """Modes act once --armed-by FILE exists (at once without it)."""
+    return A.armed_by is None or os.path.exists(A.armed_by)
 
 
 class Check(Exception):
@@ -381,7 +387,7 @@ class Conn:
 
     def fire(self, mode, detail=""):
         """True if MODE should act now (subject to --repeat); logs it."""
-        if mode not in self.modes:
+        if mode not in self.modes or not armed():
             return False
         with STATE.lock:
             if A.repeat == "once" and mode in STATE.fired:
@@ -395,7 +401,7 @@ class Conn:
 
     def active(self, mode, detail=""):
         """True if MODE is on; logs it the first time per connection."""
-        if mode not in self.modes:
+        if mode not in self.modes or not armed():
             return False
         if mode not in self.noted:
             self.noted.add(mode)
@@ -1308,6 +1314,9 @@ def parse_args(argv):
     p.add_argument("--once", action="store_true",
                    help="serve one connection, then exit")
     p.add_argument("--log", help="append one line per event to FILE")
+    p.add_argument("--armed-by", metavar="FILE",
+                   help="behave well until FILE exists, then as --mode "
+                   "says (a mode that strikes once the gateway is up)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also log to stderr")
     p.add_argument("--list-modes", action="store_true")
