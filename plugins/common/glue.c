@@ -53,3 +53,73 @@ lg_nbdkit_dev_flags (uint32_t flags)
       | ((flags & NBDKIT_FLAG_MAY_TRIM) ? LG_MAY_TRIM : 0)
       | ((flags & NBDKIT_FLAG_FAST_ZERO) ? LG_FAST_ZERO : 0);
 }
+
+/* ---- the reply gate (glue.h) ---- */
+
+static pthread_key_t gate_key;
+static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
+
+/* The thread that went through the gate has ended: nbdkit is done with
+ * its reply. */
+static void
+gate_thread_ended (void *v)
+{
+  struct lg_nbdkit_gate *g = v;
+
+  pthread_mutex_lock (&g->lock);
+  g->passing = false;
+  pthread_cond_broadcast (&g->cond);
+  pthread_mutex_unlock (&g->lock);
+}
+
+static void
+gate_key_make (void)
+{
+  if (pthread_key_create (&gate_key, gate_thread_ended) != 0)
+    abort ();
+}
+
+void
+lg_nbdkit_gate_init (struct lg_nbdkit_gate *g)
+{
+  pthread_once (&gate_once, gate_key_make);
+  pthread_mutex_init (&g->lock, NULL);
+  pthread_cond_init (&g->cond, NULL);
+  g->gone = g->passing = false;
+}
+
+void
+lg_nbdkit_gate_pass (struct lg_nbdkit_gate *g)
+{
+  bool gone;
+
+  /* This thread went through before and still runs (a connection served
+   * by one thread): its earlier reply is done. */
+  if (pthread_getspecific (gate_key) == g)
+    return;
+  pthread_mutex_lock (&g->lock);
+  gone = g->gone;
+  pthread_mutex_unlock (&g->lock);
+  /* 0 s: returns at once, -1 (and logs it once) when the client has
+   * closed, the connection is ending or the server stops. */
+  if (!gone && nbdkit_nanosleep (0, 0) == 0)
+    return;
+  pthread_mutex_lock (&g->lock);
+  g->gone = true;
+  while (g->passing)
+    pthread_cond_wait (&g->cond, &g->lock);
+  g->passing = true;
+  pthread_setspecific (gate_key, g);
+  pthread_mutex_unlock (&g->lock);
+}
+
+void
+lg_nbdkit_gate_destroy (struct lg_nbdkit_gate *g)
+{
+  /* .close runs on the connection's thread, which may have served
+   * requests itself (a serial connection): it must not call back. */
+  if (pthread_getspecific (gate_key) == g)
+    pthread_setspecific (gate_key, NULL);
+  pthread_cond_destroy (&g->cond);
+  pthread_mutex_destroy (&g->lock);
+}

@@ -5,6 +5,8 @@
 #ifndef LG_NBDKIT_GLUE_H
 #define LG_NBDKIT_GLUE_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/log.h"
@@ -19,5 +21,29 @@ int lg_nbdkit_read_secret (const char *key, const char *value, char **slot);
 
 /* NBDKIT_FLAG_* to LG_FUA / LG_MAY_TRIM / LG_FAST_ZERO. */
 unsigned lg_nbdkit_dev_flags (uint32_t flags);
+
+/* The reply gate of one connection (issue 27, item 3).  nbdkit 1.32 checks
+ * a connection's status before it takes the lock to send a reply, and a
+ * send that fails (the client is gone) shuts the socket and marks it -1:
+ * a second reply that passed the check in the meantime then aborts the
+ * whole server ("raw_send_socket: Assertion 'sock >= 0' failed").  Our
+ * requests can be held for a whole outage budget and end together, so
+ * once the client is gone (nbdkit_nanosleep says so) they return one at a
+ * time, each after the thread that returned before has ended: that
+ * thread's reply was sent, or failed and closed the connection, which the
+ * next one's check then sees.  While the client is there a return costs
+ * one poll. */
+struct lg_nbdkit_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool gone;    /* the client left (or the server is stopping) */
+  bool passing; /* a thread went through and has not ended yet */
+};
+
+void lg_nbdkit_gate_init (struct lg_nbdkit_gate *g);
+/* Every request callback, just before it returns. */
+void lg_nbdkit_gate_pass (struct lg_nbdkit_gate *g);
+/* At .close: after it, no thread refers to g. */
+void lg_nbdkit_gate_destroy (struct lg_nbdkit_gate *g);
 
 #endif

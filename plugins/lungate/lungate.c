@@ -84,6 +84,7 @@ static struct export *exports;
 struct handle {
   struct lg_dev *dev;
   const struct export *e;
+  struct lg_nbdkit_gate gate; /* replies once the client is gone (glue.h) */
 };
 
 /* nbdkit -D lungate.verbose=1: trace every SCSI command (with nbdkit -v). */
@@ -795,13 +796,28 @@ lungate_open (int readonly)
   }
   h->e = e;
   h->dev = e->dev;
+  lg_nbdkit_gate_init (&h->gate);
   return h;
 }
 
 static void
 lungate_close (void *handle)
 {
-  free (handle);
+  struct handle *h = handle;
+
+  lg_nbdkit_gate_destroy (&h->gate);
+  free (h);
+}
+
+/* A request callback's result, through the reply gate (glue.h). */
+static int
+reply (struct handle *h, int r)
+{
+  int e = errno;
+
+  lg_nbdkit_gate_pass (&h->gate);
+  errno = e;
+  return r;
 }
 
 static const char *
@@ -929,7 +945,7 @@ lungate_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
   struct handle *h = handle;
 
   (void) flags;
-  return lg_dev_pread (h->dev, buf, count, offset);
+  return reply (h, lg_dev_pread (h->dev, buf, count, offset));
 }
 
 static int
@@ -938,8 +954,9 @@ lungate_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
 {
   struct handle *h = handle;
 
-  return lg_dev_pwrite (h->dev, buf, count, offset,
-                        lg_nbdkit_dev_flags (flags));
+  return reply (
+      h,
+      lg_dev_pwrite (h->dev, buf, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static int
@@ -948,7 +965,7 @@ lungate_flush (void *handle, uint32_t flags)
   struct handle *h = handle;
 
   (void) flags;
-  return lg_dev_flush (h->dev);
+  return reply (h, lg_dev_flush (h->dev));
 }
 
 static int
@@ -956,7 +973,8 @@ lungate_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
 
-  return lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags));
+  return reply (
+      h, lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static int
@@ -964,7 +982,8 @@ lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
 
-  return lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags));
+  return reply (
+      h, lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 struct extents_call {
@@ -994,7 +1013,7 @@ lungate_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
   struct extents_call c = { e, h->dev->holes_zero };
 
   (void) flags;
-  return lg_dev_extents (h->dev, count, offset, add_extent, &c);
+  return reply (h, lg_dev_extents (h->dev, count, offset, add_extent, &c));
 }
 
 static void
