@@ -276,6 +276,31 @@ _lg_alive ()
   [ "${stat%% *}" != Z ] && [ "${stat%% *}" != X ]
 }
 
+# wait_exit PID SECS WHAT [LOG]: waits up to SECS for PID to exit; if it
+# does not, prints every thread's stack (gdb, when there is one) and the
+# end of LOG, kills it and fails with "WHAT did not exit".  A hang then
+# says where it hung (issue 27, item 2: a mount that did not exit after
+# its unmount, once, with nothing to tell why).
+wait_exit ()
+{
+  local pid=$1 secs=$2 what=$3 log=${4:-}
+  with_timeout "$secs" tail --pid="$pid" -f /dev/null && return 0
+  _lg_alive "$pid" || return 0
+  echo "--- $what (pid $pid) still runs after $secs s: its threads ---" >&2
+  if command -v gdb >/dev/null; then
+    timeout 60 gdb -p "$pid" -batch -ex 'thread apply all bt' 2>&1 \
+      | grep -E '^(Thread|#)' >&2 || true
+  else
+    cat "/proc/$pid/task/"*/stack 2>/dev/null >&2 || true
+  fi
+  if [ -n "$log" ] && [ -f "$log" ]; then
+    echo "--- the end of $log ---" >&2
+    tail -n 40 "$log" >&2
+  fi
+  kill -9 "$pid" 2>/dev/null
+  fail "$what did not exit within $secs s"
+}
+
 # _lg_wait_gone PID TENTHS: wait up to TENTHS/10 s for PID to exit.
 _lg_wait_gone ()
 {

@@ -131,7 +131,7 @@ for _ in $(seq 300); do [ -e "$mnt/lun3" ] && break; sleep 0.1; done
 dd if="$TGT_DIR/new" of="$mnt/lun3" bs=4096 seek=$((off / 4096)) \
   conv=notrunc,fsync status=none || { cat "$TGT_DIR/m2.log"; fail "mount: cannot write NEW"; }
 fusermount3 -u "$mnt" || fail "mount: cannot unmount"
-with_timeout 60 tail --pid="$mpid" -f /dev/null || fail "mount: did not exit"
+wait_exit "$mpid" 60 "mount"
 fenced "$TGT_DIR/m2.log"
 settled mount "$url" 3 "key-file=$key"
 "$LUNGATE" verify --key-file "$key" "$url" >"$TGT_DIR/v3" 2>&1 \

@@ -110,7 +110,7 @@ if [ "${#failed[@]}" -gt 0 ]; then
 fi
 for name in mplain mcrypt m150 mcut; do
   fusermount3 -u "$TGT_DIR/$name.mnt" || fail "unmount $name"
-  rc=0; with_timeout 30 tail --pid="${mnt_pid[$name]}" -f /dev/null || rc=$?
-  [ "$rc" -eq 0 ] || fail "lungate mount $name did not exit after the unmount"
+  wait_exit "${mnt_pid[$name]}" 30 "lungate mount $name, after the unmount," \
+    "$TGT_DIR/$name.mount.log"
 done
 echo "test-fault-stall-mount: ok"

@@ -95,7 +95,7 @@ with_timeout 120 dd if=/dev/null of="$mnt/lun0" conv=notrunc,fsync status=none \
 grep -q "connection lost" "$dir/mount.log" \
   || { cat "$dir/mount.log"; fail "the outage did not reach the mount"; }
 fusermount3 -u "$mnt" || fail "unmount"
-with_timeout 30 tail --pid="$mpid" -f /dev/null || fail "the mount did not exit"
+wait_exit "$mpid" 30 "the mount"
 grep -q "RESERVATION CONFLICT\|lost its reservation" "$dir/mount.log" \
   && { cat "$dir/mount.log"; fail "the mount met a reservation conflict"; }
 res=$("$LUNGATE" info "$url" | sed -n 's/^reservation: //p')

@@ -120,7 +120,7 @@ head -c 1M /dev/urandom >"$TGT_DIR/data"
 dd if="$TGT_DIR/data" of="$mnt/lun0" bs=64k seek=16 conv=fsync,notrunc status=none \
   || { cat "$TGT_DIR/mount.log"; fail "writing through the mount failed"; }
 fusermount3 -u "$mnt" || fail "unmount"
-with_timeout 30 tail --pid="$mpid" -f /dev/null || fail "the mount did not exit"
+wait_exit "$mpid" 30 "the mount"
 nbd_run -r "url=$url" -- "$NBD_PYTHON" -c \
   "import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); sys.stdout.buffer.write(h.pread(1048576, 1048576))" '$uri' \
   >"$TGT_DIR/back" || fail "reading back"
