@@ -105,6 +105,14 @@ head -c $((8 << 20)) /dev/urandom >"$d/pattern"
 
 # ---- values that make no sense: refused at open, naming the field ----
 info_case capacity-huge 1 "capacity of .* beyond 2\^63 bytes|last LBA is 2\^64-1"
+# ... and a mount of the whole target says why that LUN is left out
+# (it said only "no disk LUN to mount").
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  hostile --mode capacity-huge
+  mkdir -p "$d/cap"
+  EXPECT_TIMEOUT=30 expect_exit 1 "not mounting LUN 0: .*capacity of .* beyond 2\^63 bytes" \
+    "$LUNGATE" mount "${short[@]}" "iscsi://127.0.0.1:$port/$iqn" "$d/cap"
+fi
 info_case block-len-odd 1 "unsupported logical block size 520"
 # ExpCmdSN ahead of the commands (libiscsi then refuses to send): the
 # budget ends it (issue 27, item 4: it logged in again for ever).

@@ -659,7 +659,10 @@ lungate_after_fork (void)
         free (luns);
         return -1;
       }
-      nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
+      if (errno == ENOTBLK)
+        nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
+      else
+        nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
       continue;
     }
     if (add_export (d, err, sizeof err) < 0) {

@@ -189,7 +189,12 @@ make_plan (struct mount_plan *m)
           lg_pool_close (p);
           return -1;
         }
-        continue; /* not a disk: the controller LUN */
+        /* Not a disk (the controller LUN) is no news; a disk that cannot
+         * be served is (issue 27, item 10: a capacity past 2^63 bytes
+         * left only "no disk LUN to mount"). */
+        if (errno != ENOTBLK)
+          lg_error ("not mounting LUN %d: %s", luns[i], err);
+        continue;
       }
       lg_dev_close (d);
       d = open_lun (m, p, luns[i], true, err, sizeof err);

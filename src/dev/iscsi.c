@@ -1510,7 +1510,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   if (!li->is_disk) {
     snprintf (err, errlen, "%s: LUN %d is a %s, not a disk", lg_pool_target (p),
               lun, li->type_name);
-    errno = ENOTSUP;
+    errno = ENOTBLK; /* the callers that list a target skip it */
     goto err;
   }
   if (li->no_medium || li->block_size == 0) {
