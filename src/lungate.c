@@ -60,6 +60,11 @@ version (void)
   printf ("nbdkit %s\n", LG_NBDKIT_VERSION);
   printf ("libfuse %s\n", LG_FUSE_VERSION);
   printf ("libsodium %s\n", sodium_version_string ());
+#ifdef LG_TEST_HOOKS
+  printf ("test hooks: on (LUNGATE_TEST_*, LUNGATE_BENCH_NO_BARRIERS and "
+          "LUNGATE_NO_RELAY are honoured: a test build, not for "
+          "production)\n");
+#endif
 }
 
 int

@@ -276,6 +276,15 @@ _lg_alive ()
   [ "${stat%% *}" != Z ] && [ "${stat%% *}" != X ]
 }
 
+# require_test_hooks: the test sets a LUNGATE_TEST_* variable, which only a
+# build configured with --enable-test-hooks reads (src/util/hooks.h); on
+# another build it would test something else, so it fails.
+require_test_hooks ()
+{
+  "$LUNGATE" --version | grep -q '^test hooks: on' \
+    || fail "this test needs a build configured with --enable-test-hooks"
+}
+
 # wait_exit PID SECS WHAT [LOG]: waits up to SECS for PID to exit; if it
 # does not, prints every thread's stack (gdb, when there is one) and the
 # end of LOG, kills it and fails with "WHAT did not exit".  A hang then

@@ -18,6 +18,7 @@
 # also with the dead one's last heartbeat held.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 require fusermount3 mountpoint
 [ -c /dev/fuse ] || skip "no /dev/fuse"

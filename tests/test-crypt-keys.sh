@@ -5,6 +5,7 @@
 # refused unless forced; and mac mode (plaintext with tags) end to end.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 tgt_start
 t=iqn.2026-11.org.lungate:keys

@@ -13,6 +13,7 @@
 # out the owner record that would refuse it there.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 export LUNGATE_TEST_IGNORE_PR=1 LUNGATE_TEST_NO_OWNER=1
 tgt_start

@@ -10,6 +10,7 @@
 # close clears the record.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 export LUNGATE_TEST_IGNORE_PR=1
 tgt_start

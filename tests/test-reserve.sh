@@ -12,6 +12,7 @@
 # writer, two gateways started at once.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 tgt_start
 t=iqn.2026-11.org.lungate:reserve

@@ -10,6 +10,7 @@
 # cost a request the whole nap (~1.1 s with the default nap of 1 s).
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate
+require_test_hooks
 latprobe=${top_builddir:-..}/tests/tools/latprobe
 [ -x "$latprobe" ] || fail "$latprobe not built"
 fault_tgt_start

@@ -11,6 +11,7 @@
 # landed: NEW stays.  Through the plugin and through lungate mount.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
+require_test_hooks
 require_nbd_python
 require fusermount3 mountpoint
 [ -c /dev/fuse ] || skip "no /dev/fuse"

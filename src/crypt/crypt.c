@@ -20,6 +20,7 @@
 #include "crypt/crypt-int.h"
 #include "crypt/owner.h"
 #include "util/log.h"
+#include "util/hooks.h"
 
 /* ---- is the lower device still this volume? ---- */
 
@@ -413,7 +414,7 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
 {
   bool took = false;
 
-  if (getenv ("LUNGATE_TEST_NO_OWNER"))
+  if (lg_test_hook ("LUNGATE_TEST_NO_OWNER"))
     return 2;
   x->owner
       = lg_owner_claim (x->lower, x->dev.name, (flags & LG_CLAIM_TAKEOVER) != 0,
@@ -571,8 +572,8 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   x->owns_lower = owns_lower;
   /* LUNGATE_BENCH_NO_BARRIERS: contrib/bench/barriers measures what the
    * barriers cost against the unordered writes of before; never for use. */
-  x->ordered
-      = lower->volatile_cache && getenv ("LUNGATE_BENCH_NO_BARRIERS") == NULL;
+  x->ordered = lower->volatile_cache
+      && lg_test_hook ("LUNGATE_BENCH_NO_BARRIERS") == NULL;
   lg_barrier_init (&x->bar, lower);
   x->h = *h;
   lg_derive_subkey (x->key, mk, LG_SUBKEY_DATA);

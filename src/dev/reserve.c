@@ -16,6 +16,7 @@
 #include "dev/reserve.h"
 #include "util/alive.h"
 #include "util/log.h"
+#include "util/hooks.h"
 
 enum mode {
   MODE_NONE,     /* not claimed (read-only, or not yet) */
@@ -554,7 +555,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
   /* LUNGATE_TEST_IGNORE_PR: behave as on a target without persistent
    * reservations (test-header-race runs several writers so); never for
    * use. */
-  if (getenv ("LUNGATE_TEST_IGNORE_PR"))
+  if (lg_test_hook ("LUNGATE_TEST_IGNORE_PR"))
     st.supported = false;
   if (!st.supported) {
     lg_debug ("%s: no persistent reservations: nothing keeps a second "

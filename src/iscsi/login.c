@@ -25,6 +25,7 @@
 #include "iscsi/session-int.h"
 #include "util/log.h"
 #include "util/secret.h"
+#include "util/hooks.h"
 
 /* ---- login parameters ---- */
 
@@ -46,8 +47,8 @@ lg_login_init (struct lg_login *l)
   l->initiator_name = strdup (name);
   l->connect_timeout = LG_DEFAULT_CONNECT_TIMEOUT;
   l->io_timeout = LG_DEFAULT_IO_TIMEOUT;
-  l->no_relay = getenv ("LUNGATE_NO_RELAY") != NULL
-      && strcmp (getenv ("LUNGATE_NO_RELAY"), "1") == 0;
+  l->no_relay = lg_test_hook ("LUNGATE_NO_RELAY") != NULL
+      && strcmp (lg_test_hook ("LUNGATE_NO_RELAY"), "1") == 0;
   return l->initiator_name ? 0 : -1;
 }
 

@@ -17,6 +17,7 @@
 
 #include "iscsi/pr.h"
 #include "util/fmt.h"
+#include "util/hooks.h"
 
 #define KEY_MAGIC 0x4cull
 #define EPOCH_2024 1704067200ull /* 2024-01-01 UTC */
@@ -44,7 +45,7 @@ static void
 make_key (void)
 {
   uint64_t now = (uint64_t) time (NULL), sec;
-  const char *forced = getenv ("LUNGATE_TEST_PR_KEY");
+  const char *forced = lg_test_hook ("LUNGATE_TEST_PR_KEY");
 
   if (gethostname (my_host, sizeof my_host - 1) != 0 || my_host[0] == '\0')
     snprintf (my_host, sizeof my_host, "localhost");

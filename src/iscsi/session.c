@@ -37,6 +37,7 @@
 #include "iscsi/sense.h"
 #include "iscsi/session-int.h"
 #include "util/log.h"
+#include "util/hooks.h"
 
 /* ---- the loop ---- */
 
@@ -469,8 +470,8 @@ lg_session_open (const struct lg_login *login, const char *portal,
   /* Tests stretch the nap, so that a command issued while the loop naps
    * with nobody polling for it shows as a wait of seconds, not of one. */
   s->nap_ms = SERVICE_INTERVAL_MS;
-  if (getenv ("LUNGATE_TEST_NAP_MS")) {
-    long ms = strtol (getenv ("LUNGATE_TEST_NAP_MS"), NULL, 10);
+  if (lg_test_hook ("LUNGATE_TEST_NAP_MS")) {
+    long ms = strtol (lg_test_hook ("LUNGATE_TEST_NAP_MS"), NULL, 10);
 
     if (ms >= 100 && ms <= 60000)
       s->nap_ms = (int) ms;
