@@ -34,6 +34,7 @@ lg_login_init (struct lg_login *l)
 {
   char host[128] = "localhost";
   char name[256];
+  const char *no_relay;
 
   memset (l, 0, sizeof *l);
   if (gethostname (host, sizeof host - 1) != 0 || host[0] == '\0')
@@ -47,8 +48,8 @@ lg_login_init (struct lg_login *l)
   l->initiator_name = strdup (name);
   l->connect_timeout = LG_DEFAULT_CONNECT_TIMEOUT;
   l->io_timeout = LG_DEFAULT_IO_TIMEOUT;
-  l->no_relay = lg_test_hook ("LUNGATE_NO_RELAY") != NULL
-      && strcmp (lg_test_hook ("LUNGATE_NO_RELAY"), "1") == 0;
+  no_relay = lg_test_hook ("LUNGATE_NO_RELAY");
+  l->no_relay = no_relay != NULL && strcmp (no_relay, "1") == 0;
   return l->initiator_name ? 0 : -1;
 }
 

@@ -458,6 +458,7 @@ lg_session_open (const struct lg_login *login, const char *portal,
                  size_t errlen)
 {
   struct lg_session *s;
+  const char *nap;
   int saved;
 
   s = calloc (1, sizeof *s);
@@ -470,8 +471,8 @@ lg_session_open (const struct lg_login *login, const char *portal,
   /* Tests stretch the nap, so that a command issued while the loop naps
    * with nobody polling for it shows as a wait of seconds, not of one. */
   s->nap_ms = SERVICE_INTERVAL_MS;
-  if (lg_test_hook ("LUNGATE_TEST_NAP_MS")) {
-    long ms = strtol (lg_test_hook ("LUNGATE_TEST_NAP_MS"), NULL, 10);
+  if ((nap = lg_test_hook ("LUNGATE_TEST_NAP_MS")) != NULL) {
+    long ms = strtol (nap, NULL, 10);
 
     if (ms >= 100 && ms <= 60000)
       s->nap_ms = (int) ms;
