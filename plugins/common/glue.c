@@ -3,8 +3,10 @@
  * thread. */
 #include <config.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -67,8 +69,11 @@ gate_thread_ended (void *v)
   struct lg_nbdkit_gate *g = v;
 
   pthread_mutex_lock (&g->lock);
-  g->passing = false;
-  pthread_cond_broadcast (&g->cond);
+  /* Still the passer (a later thread may have gone on after the wait). */
+  if (g->passing && pthread_equal (g->passer, pthread_self ())) {
+    g->passing = false;
+    pthread_cond_broadcast (&g->cond);
+  }
   pthread_mutex_unlock (&g->lock);
 }
 
@@ -79,12 +84,29 @@ gate_key_make (void)
     abort ();
 }
 
+/* <0, 0, >0: t before, at, after now (CLOCK_MONOTONIC). */
+static int
+timespec_cmp_now (const struct timespec *t)
+{
+  struct timespec now;
+
+  clock_gettime (CLOCK_MONOTONIC, &now);
+  if (t->tv_sec != now.tv_sec)
+    return t->tv_sec < now.tv_sec ? -1 : 1;
+  return t->tv_nsec < now.tv_nsec ? -1 : t->tv_nsec > now.tv_nsec;
+}
+
 void
 lg_nbdkit_gate_init (struct lg_nbdkit_gate *g)
 {
+  pthread_condattr_t ca;
+
   pthread_once (&gate_once, gate_key_make);
   pthread_mutex_init (&g->lock, NULL);
-  pthread_cond_init (&g->cond, NULL);
+  pthread_condattr_init (&ca);
+  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+  pthread_cond_init (&g->cond, &ca);
+  pthread_condattr_destroy (&ca);
   g->gone = g->passing = false;
 }
 
@@ -106,9 +128,19 @@ lg_nbdkit_gate_pass (struct lg_nbdkit_gate *g)
     return;
   pthread_mutex_lock (&g->lock);
   g->gone = true;
-  while (g->passing)
-    pthread_cond_wait (&g->cond, &g->lock);
+  while (g->passing) {
+    struct timespec until = g->passed;
+
+    until.tv_nsec += (LG_GATE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += LG_GATE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    if (pthread_cond_timedwait (&g->cond, &g->lock, &until) == ETIMEDOUT
+        && g->passing && timespec_cmp_now (&until) <= 0)
+      break; /* the passer is held up by something else: go on */
+  }
   g->passing = true;
+  g->passer = pthread_self ();
+  clock_gettime (CLOCK_MONOTONIC, &g->passed);
   pthread_setspecific (gate_key, g);
   pthread_mutex_unlock (&g->lock);
 }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "util/log.h"
 
@@ -29,15 +30,21 @@ unsigned lg_nbdkit_dev_flags (uint32_t flags);
  * whole server ("raw_send_socket: Assertion 'sock >= 0' failed").  Our
  * requests can be held for a whole outage budget and end together, so
  * once the client is gone (nbdkit_nanosleep says so) they return one at a
- * time, each after the thread that returned before has ended: that
- * thread's reply was sent, or failed and closed the connection, which the
- * next one's check then sees.  While the client is there a return costs
- * one poll. */
+ * time, each after the thread that returned before has ended (its reply
+ * was sent, or failed and closed the connection, which the next one's
+ * check then sees), or after LG_GATE_WAIT_MS: a filter above us may hold
+ * a lock across its call to us that the thread before needs (nbdkit's
+ * blocksize filter does, for a read-modify-write), and a wait without
+ * end would deadlock the connection and nbdkit's exit.  While the client
+ * is there a return costs one poll. */
+#define LG_GATE_WAIT_MS 500
 struct lg_nbdkit_gate {
   pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool gone;    /* the client left (or the server is stopping) */
-  bool passing; /* a thread went through and has not ended yet */
+  pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+  bool gone;           /* the client left (or the server is stopping) */
+  bool passing;        /* passer went through and has not ended yet */
+  pthread_t passer;
+  struct timespec passed; /* when, CLOCK_MONOTONIC */
 };
 
 void lg_nbdkit_gate_init (struct lg_nbdkit_gate *g);
