@@ -256,6 +256,8 @@ lg_s_service (struct lg_session *s, short revents)
    * sends. */
   if (in && revents != POLLOUT)
     revents |= POLLIN;
+  if (revents & POLLIN)
+    s->heard_ms = lg_mono_ms ();
   /* What libiscsi says after a failure is its cause only if it changed
    * (lg_s_why). */
   snprintf (s->err_before, sizeof s->err_before, "%s",

@@ -242,11 +242,18 @@ lg_s_report_unknown (struct lg_session *s, struct lg_cmd *cmd, const char *msg)
 void
 lg_s_cmd_lost (struct lg_session *s, struct lg_cmd *cmd)
 {
-  /* Unanswered since its issue: the budget runs from there (a target
-   * that stalls a read until the keepalive gives up must not get the
-   * keepalive's time on top of the budget). */
-  if (cmd->trouble_ms == 0)
-    cmd->trouble_ms = cmd->issued_ms ? cmd->issued_ms : lg_mono_ms ();
+  /* The budget runs from the last time the target was heard from, or
+   * from the command's issue if later: a target that stalls a read
+   * until the keepalive gives up does not get the keepalive's time on
+   * top of the budget, and a command that was merely slow on a target
+   * that kept answering is not charged for the time before the outage
+   * (the hostile review of 255a49b: a 2.5 s blip after 7.5 s of a slow
+   * write failed it with a 10 s budget). */
+  if (cmd->trouble_ms == 0) {
+    int64_t since = cmd->issued_ms > s->heard_ms ? cmd->issued_ms : s->heard_ms;
+
+    cmd->trouble_ms = since ? since : lg_mono_ms ();
+  }
   if (cmd->tmf) {
     cmd->tmf->cmd = NULL;
     cmd->tmf = NULL;

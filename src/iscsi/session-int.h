@@ -149,6 +149,7 @@ struct lg_session {
   unsigned resets_pending;
   unsigned nops_pending;
   int64_t last_keepalive, last_scan, up_since;
+  int64_t heard_ms; /* the target last sent bytes (lg_s_service) */
 
   /* Loop thread only: the reconnection schedule. */
   int64_t down_since, next_attempt;
