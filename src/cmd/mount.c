@@ -405,12 +405,17 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
     strncat (path, "/mount.log", sizeof path - strlen (path) - 1);
     where = path;
   }
+  /* O_NONBLOCK: a FIFO nobody reads is refused (ENXIO), not waited
+   * for; writes block again after. */
   fo->log_fd = open (
-      where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+      where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+      0600);
   if (fo->log_fd < 0) {
-    lg_error ("--log %s: cannot open the log file: %m", where);
+    lg_error ("--log %s: cannot open the log file: %s", where,
+              errno == ENXIO ? "a FIFO with no reader" : strerror (errno));
     return -1;
   }
+  fcntl (fo->log_fd, F_SETFL, fcntl (fo->log_fd, F_GETFL) & ~O_NONBLOCK);
   if (foreground) {
     if (dup2 (fo->log_fd, STDERR_FILENO) < 0) {
       lg_error ("--log %s: %m", where);

@@ -211,6 +211,11 @@ set_handlers (bool ours)
     sigaction (sigs[i], &sa, NULL);
   sa.sa_handler = on_wake;
   sigaction (SIGUSR2, &sa, NULL);
+  /* A log on a pipe whose reader left (--log stderr | logger) loses its
+   * lines, not the mount (libfuse's own handlers, removed above, ignored
+   * SIGPIPE too). */
+  sa.sa_handler = SIG_IGN;
+  sigaction (SIGPIPE, &sa, NULL);
 }
 
 /* The path of node i under the mount point. */
