@@ -631,6 +631,10 @@ lungate_after_fork (void)
     nbdkit_error ("%s", err);
     return -1;
   }
+  /* Before the LUNs are opened: nbdkit already listens, and a SIGTERM
+   * while a target that stopped answering holds the opening would else
+   * wait out the whole outage budget. */
+  start_watch ();
   if (purl.kind == LG_URL_LUN) {
     luns = malloc (sizeof *luns);
     if (luns == NULL)
@@ -680,7 +684,6 @@ lungate_after_fork (void)
     return -1;
   }
   start_stats ();
-  start_watch ();
   atexit (shut_down);
   return 0;
 }

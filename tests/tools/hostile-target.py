@@ -387,7 +387,7 @@ class Conn:
 
     def fire(self, mode, detail=""):
         """True if MODE should act now (subject to --repeat); logs it."""
-        if mode not in self.modes or not armed():
+        if mode not in self.modes or not armed() or self.id <= A.spare:
             return False
         with STATE.lock:
             if A.repeat == "once" and mode in STATE.fired:
@@ -401,7 +401,7 @@ class Conn:
 
     def active(self, mode, detail=""):
         """True if MODE is on; logs it the first time per connection."""
-        if mode not in self.modes or not armed():
+        if mode not in self.modes or not armed() or self.id <= A.spare:
             return False
         if mode not in self.noted:
             self.noted.add(mode)
@@ -1314,6 +1314,9 @@ def parse_args(argv):
     p.add_argument("--once", action="store_true",
                    help="serve one connection, then exit")
     p.add_argument("--log", help="append one line per event to FILE")
+    p.add_argument("--spare", type=int, default=0, metavar="N",
+                   help="the first N connections behave well (nbdkit's "
+                   "check before it listens), the later ones as --mode says")
     p.add_argument("--armed-by", metavar="FILE",
                    help="behave well until FILE exists, then as --mode "
                    "says (a mode that strikes once the gateway is up)")
