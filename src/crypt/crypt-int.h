@@ -95,7 +95,9 @@ struct cdev {
   bool manage_dirty, was_dirty;
   atomic_bool trust_newer, write_failed, clean_at_close;
   /* The header is marked dirty before the first write, not at open: an
-   * open that never writes (nbdkit -r) leaves the LUN as it was. */
+   * open that never writes (nbdkit -r) leaves the LUN as it was.  Lock
+   * order (doc/locking.md): dirty_lock, then recheck, then the stripes;
+   * both are released before a stripe lock is taken. */
   pthread_mutex_t dirty_lock;
   atomic_bool marked;
   uint8_t *mk; /* sodium memory, for the header MAC */

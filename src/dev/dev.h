@@ -95,8 +95,11 @@ struct lg_dev_ops {
                   lg_extent_fn *fn, void *opaque);
   void (*close) (struct lg_dev *d);
   /* Optional: starts a read or a write of whole blocks and returns at
-   * once; done runs exactly once, later, on a thread of the device's (it
-   * must not call into the device or block).  Returns -1 with errno
+   * once; done runs exactly once, on a thread of the device's or on the
+   * caller's before start_rw returns (a write the fence refuses, a
+   * session that is failing), possibly under a session lock: it must not
+   * call into the device, block, or take any but a leaf lock
+   * (doc/locking.md).  Returns -1 with errno
    * ENOTSUP when it cannot start this request that way (the caller uses
    * pread or pwrite), and then done never runs. */
   int (*start_rw) (struct lg_dev *d, bool write, void *buf, size_t count,

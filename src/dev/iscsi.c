@@ -14,8 +14,10 @@
  * So neither an RMW nor a whole-block write of one block can land
  * between the other's read and write, and lose its bytes (two RMWs, or
  * an RMW and an aligned write of another connection), and neither kind
- * starves the other.  stripe_lock is a leaf, held only to count; nothing
- * is held across a round trip but an RMW's own turn.
+ * starves the other.  stripe_lock is a leaf, held only to count; of the
+ * stripe state, nothing is held across a round trip but an RMW's own
+ * turn.  reval is held across the identity probe (revalidate), and
+ * upper_lock across the upper layer's login check (doc/locking.md).
  */
 #include <config.h>
 

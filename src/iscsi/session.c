@@ -18,8 +18,10 @@
  * (selfpoll.c): at a low queue depth no thread is woken to hand a reply
  * over.
  *
- * Lock order: s->lock, then the pool's fence lock (fence.h).  A waiter
- * has no lock; a waiter's fn runs with s->lock held and must not submit.
+ * Lock order (all of it in doc/locking.md): s->lock, then leaves only:
+ * the pool's fence lock (fence.h), its pin_lock (pr_event, always), and
+ * what a waiter's fn takes.  A waiter has no lock; a waiter's fn runs
+ * with s->lock held and must not submit.
  */
 #include <config.h>
 

@@ -80,8 +80,12 @@ struct lg_waiter {
 /* Expect n completions. */
 void lg_waiter_init (struct lg_waiter *w, unsigned n);
 /* Expect n completions; the last one calls fn (opaque) on the thread that
- * completes it (a session's loop thread, holding that session's lock: fn
- * must not submit to the session or wait) and nobody waits. */
+ * completes it and nobody waits.  That thread is whichever services the
+ * session (its loop thread, a self-polling waiter that may hold locks of
+ * the layers above, a submitter when the session is failing), holding
+ * that session's lock; or the submitter, without it, when the fence
+ * refuses the write.  fn may take only leaf locks (doc/locking.md), and
+ * must not submit or wait. */
 void lg_waiter_init_fn (struct lg_waiter *w, unsigned n, void (*fn) (void *),
                         void *opaque);
 void lg_waiter_destroy (struct lg_waiter *w);
@@ -145,8 +149,9 @@ struct lg_shared {
    * login, whether or not anything was held for them; may be NULL. */
   unsigned (*always) (void *opaque, int *luns, unsigned cap);
   /* A unit attention said the LUN's reservation was preempted or
-   * released (loop thread, s->lock held: it must not block); may be
-   * NULL. */
+   * released (whichever thread services the session, s->lock held: it
+   * must not block, and may take only leaf locks, doc/locking.md); may
+   * be NULL. */
   void (*pr_event) (void *opaque, int lun);
   void *opaque;
 };
