@@ -841,7 +841,7 @@ lungate_get_size (void *handle)
 {
   struct handle *h = handle;
 
-  return (int64_t) h->dev->size;
+  return (int64_t) lg_dev_size (h->dev);
 }
 
 static int

@@ -13,10 +13,12 @@
 static int
 check_range (struct lg_dev *d, const char *op, uint64_t count, uint64_t off)
 {
-  if (off > d->size || count > d->size - off) {
+  uint64_t size = lg_dev_size (d);
+
+  if (off > size || count > size - off) {
     lg_error ("%s: %s: range %" PRIu64 "+%" PRIu64 " is beyond the end "
               "(%" PRIu64 " bytes)",
-              d->name, op, off, count, d->size);
+              d->name, op, off, count, size);
     errno = EINVAL;
     return -1;
   }

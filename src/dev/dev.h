@@ -127,9 +127,10 @@ struct lg_dev_ops {
 
 struct lg_dev {
   const struct lg_dev_ops *ops;
-  char name[300];           /* for messages: "TARGET/LUN" */
-  uint64_t size;            /* bytes */
-  uint32_t block_size;      /* smallest write that needs no RMW */
+  char name[300];      /* for messages: "TARGET/LUN" */
+  uint64_t size;       /* bytes; may change while served (follow_resize): read
+                  * it with lg_dev_size, set it with lg_dev_set_size */
+  uint32_t block_size; /* smallest write that needs no RMW */
   uint32_t pref_block_size; /* preferred I/O granularity */
   uint32_t max_io;          /* largest efficient request, bytes */
   bool read_only;
@@ -250,5 +251,19 @@ void lg_dev_account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes,
  * retries timeouts auth_failures latency_p50_us latency_p99_us
  * latency_p999_us.  The FUSE .stats file and the plugin's log use it. */
 void lg_dev_stats_print (const struct lg_dev *d, FILE *f);
+
+/* The size, one way for every thread (a plain LUN's mount follows a
+ * resize while requests run). */
+static inline uint64_t
+lg_dev_size (const struct lg_dev *d)
+{
+  return __atomic_load_n (&d->size, __ATOMIC_RELAXED);
+}
+
+static inline void
+lg_dev_set_size (struct lg_dev *d, uint64_t size)
+{
+  __atomic_store_n (&d->size, size, __ATOMIC_RELAXED);
+}
 
 #endif

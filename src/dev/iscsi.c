@@ -407,15 +407,16 @@ revalidate (struct idev *x, bool poll)
         lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
                  " bytes",
                  x->dev.name, (uint64_t) atomic_load (&x->seen_size), li.size);
-        __atomic_store_n (&x->dev.size, li.size, __ATOMIC_RELAXED);
+        lg_dev_set_size (&x->dev, li.size);
       }
       else
         lg_warn ("%s: the capacity changed from %" PRIu64 " to %" PRIu64
                  " bytes; still serving %" PRIu64 " bytes until restarted%s",
                  x->dev.name, (uint64_t) atomic_load (&x->seen_size), li.size,
-                 x->dev.size,
-                 li.size < x->dev.size ? " (requests past the new end fail)"
-                                       : "");
+                 lg_dev_size (&x->dev),
+                 li.size < lg_dev_size (&x->dev)
+                     ? " (requests past the new end fail)"
+                     : "");
       atomic_store (&x->seen_size, li.size);
     }
     /* A LUN event or a login: the reservation may be gone with it. */

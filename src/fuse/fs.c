@@ -365,7 +365,7 @@ allocated_bytes (struct node *nd, bool may_walk)
 {
   struct lg_dev *d = nd->dev;
   struct alloc *a = &nd->alloc;
-  uint64_t size = __atomic_load_n (&d->size, __ATOMIC_RELAXED);
+  uint64_t size = lg_dev_size (d);
   uint64_t now = lg_dev_now_us (), gen = atomic_load (&nd->writes_gen);
   uint64_t age, res;
   struct alloc_walk w;
@@ -452,7 +452,7 @@ fill_stat (fuse_ino_t ino, struct stat *st, bool fresh)
      * its size and fails every request). */
     if (fresh)
       lg_dev_revalidate (nd->dev);
-    st->st_size = (off_t) __atomic_load_n (&nd->dev->size, __ATOMIC_RELAXED);
+    st->st_size = (off_t) lg_dev_size (nd->dev);
     st->st_blksize
         = (blksize_t) (nd->dev->pref_block_size ? nd->dev->pref_block_size
                                                 : 4096);
@@ -509,7 +509,8 @@ fs_setattr (fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
   /* A LUN has the size it has: only a no-op truncate is accepted.  Times
    * and modes are not stored: accepted and ignored (tools set them). */
   if ((to_set & FUSE_SET_ATTR_SIZE)
-      && (nd->dev == NULL || (uint64_t) attr->st_size != nd->dev->size)) {
+      && (nd->dev == NULL
+          || (uint64_t) attr->st_size != lg_dev_size (nd->dev))) {
     fuse_reply_err (req, nd->dir ? EISDIR : EINVAL);
     return;
   }
@@ -592,8 +593,7 @@ stats_text (size_t *len)
     if (nd->parent > 0)
       snprintf (path, sizeof path, "%s/", the_fs->nodes[nd->parent].name);
     fprintf (f, "file=%s%s lun=%s size=%" PRIu64 " ", path, nd->name,
-             nd->dev->name,
-             (uint64_t) __atomic_load_n (&nd->dev->size, __ATOMIC_RELAXED));
+             nd->dev->name, (uint64_t) lg_dev_size (nd->dev));
     lg_dev_stats_print (nd->dev, f);
     fputc ('\n', f);
   }
@@ -796,20 +796,22 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
          struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  uint64_t end;
+  uint64_t end, dsize;
   char *buf;
 
   if (nd->dev == NULL) {
     stats_read (req, fi->fh, size, off);
     return;
   }
-  if (off < 0 || (uint64_t) off >= nd->dev->size) {
+  /* One reading of the size: it may change under a resize. */
+  dsize = lg_dev_size (nd->dev);
+  if (off < 0 || (uint64_t) off >= dsize) {
     fuse_reply_buf (req, NULL, 0);
     return;
   }
   end = (uint64_t) off + size;
-  if (end > nd->dev->size)
-    size = (size_t) (nd->dev->size - (uint64_t) off);
+  if (end > dsize)
+    size = (size_t) (dsize - (uint64_t) off);
   if (start_async (req, nd, false, NULL, size, (uint64_t) off, 0))
     return;
   buf = malloc (size ? size : 1);
@@ -853,7 +855,7 @@ past_end (struct node *nd, uint64_t off, const char *bytes, size_t len)
   lg_error ("%s: a write of bytes %" PRIu64 "-%" PRIu64 " past the LUN's end "
             "(%" PRIu64 " bytes) was refused: those bytes are on no LUN, and "
             "the next fsync of the file fails",
-            nd->dev->name, off, off + len - 1, nd->dev->size);
+            nd->dev->name, off, off + len - 1, lg_dev_size (nd->dev));
   return true;
 }
 
@@ -866,13 +868,15 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
    * passes those as the write's flags): on the target's medium before
    * the answer.  (Through the page cache the kernel asks with fsync.) */
   unsigned flags = fi->flags & (O_SYNC | O_DSYNC) ? LG_FUA : 0;
+  uint64_t dsize;
   int r;
 
   if (nd->dev == NULL) {
     fuse_reply_err (req, EROFS);
     return;
   }
-  if (off < 0 || (uint64_t) off >= nd->dev->size) {
+  dsize = lg_dev_size (nd->dev); /* once: it may change under a resize */
+  if (off < 0 || (uint64_t) off >= dsize) {
     if (fi->writepage && off >= 0 && size
         && !past_end (nd, (uint64_t) off, buf, size)) {
       fuse_reply_write (req, size);
@@ -881,8 +885,8 @@ fs_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     fuse_reply_err (req, (off >= 0 && size) ? ENOSPC : EINVAL);
     return;
   }
-  if ((uint64_t) off + size > nd->dev->size) {
-    size_t inside = (size_t) (nd->dev->size - (uint64_t) off);
+  if ((uint64_t) off + size > dsize) {
+    size_t inside = (size_t) (dsize - (uint64_t) off);
 
     /* The kernel's writeback ignores a short count: the part inside is
      * written, and the whole write fails, so that the next fsync does. */
@@ -942,6 +946,7 @@ fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
               struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
+  uint64_t dsize;
   int r;
 
   (void) fi;
@@ -949,8 +954,9 @@ fs_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
     fuse_reply_err (req, EROFS);
     return;
   }
-  if (off < 0 || len <= 0 || (uint64_t) off > nd->dev->size
-      || (uint64_t) len > nd->dev->size - (uint64_t) off) {
+  dsize = lg_dev_size (nd->dev); /* once: it may change under a resize */
+  if (off < 0 || len <= 0 || (uint64_t) off > dsize
+      || (uint64_t) len > dsize - (uint64_t) off) {
     fuse_reply_err (req, mode == 0 ? EFBIG : EINVAL);
     return;
   }
@@ -1006,6 +1012,7 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 {
   struct node *nd = node_of (ino);
   struct seek_state s = { (uint64_t) off, whence, 0, false, false };
+  uint64_t dsize;
 
   (void) fi;
   if (nd->dev == NULL || off < 0
@@ -1013,7 +1020,8 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
     fuse_reply_err (req, EINVAL);
     return;
   }
-  if ((uint64_t) off >= nd->dev->size) {
+  dsize = lg_dev_size (nd->dev); /* once: it may change under a resize */
+  if ((uint64_t) off >= dsize) {
     fuse_reply_err (req, ENXIO);
     return;
   }
@@ -1022,11 +1030,11 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
    * (all data, the one hole at the end), as for a file system without
    * SEEK_DATA. */
   if (!the_fs->o.direct_io) {
-    fuse_reply_lseek (req, whence == SEEK_DATA ? off : (off_t) nd->dev->size);
+    fuse_reply_lseek (req, whence == SEEK_DATA ? off : (off_t) dsize);
     return;
   }
   s.holes_zero = nd->dev->holes_zero;
-  if (lg_dev_extents (nd->dev, nd->dev->size - (uint64_t) off, (uint64_t) off,
+  if (lg_dev_extents (nd->dev, dsize - (uint64_t) off, (uint64_t) off,
                       seek_extent, &s)
           < 0
       && !s.done) {
@@ -1036,7 +1044,7 @@ fs_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
   if (s.done)
     fuse_reply_lseek (req, (off_t) s.found);
   else if (whence == SEEK_HOLE)
-    fuse_reply_lseek (req, (off_t) nd->dev->size); /* the implicit hole */
+    fuse_reply_lseek (req, (off_t) dsize); /* the implicit hole */
   else
     fuse_reply_err (req, ENXIO);
 }
@@ -1050,7 +1058,7 @@ fs_statfs (fuse_req_t req, fuse_ino_t ino)
   (void) ino;
   for (int i = 0; i < the_fs->n; i++)
     if (the_fs->nodes[i].dev)
-      total += the_fs->nodes[i].dev->size;
+      total += lg_dev_size (the_fs->nodes[i].dev);
   memset (&sv, 0, sizeof sv);
   sv.f_bsize = sv.f_frsize = 4096;
   sv.f_blocks = total / 4096;
