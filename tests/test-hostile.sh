@@ -257,6 +257,21 @@ PY
     "$LUNGATE" mount --log "$d/fifo" "$url" "$mnt"
 fi
 
+# ---- nbdkit --run, and the LUNs cannot be opened after the check before
+# nbdkit listens passed: the command fails with the reason.  (nbdkit
+# 1.32's captive parent keeps the listening socket: when the server child
+# exited, nbdcopy waited for ever; a CI run under load met it in mode
+# nop-flood.)
+hostile --mode no-answer --spare 1 --size $((8 << 20))
+rc=0
+with_timeout 60 "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url" "${params[@]}" \
+  --run "nbdcopy \"\$uri\" '$d/out'" >"$d/cap.out" 2>"$d/cap.err" </dev/null || rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] \
+   || ! grep -q "the gateway could not start: .*no answer within the outage budget" "$d/cap.err"; then
+  cat "$d/cap.err"
+  fail "nbdkit --run with LUNs that cannot be opened: status $rc, not a prompt failure with the reason"
+fi
+
 # ---- SIGTERM with a request waiting for a target that stopped answering
 # (the outage budget is the default 60 s): both stop within seconds ----
 stopped_target ()

@@ -617,9 +617,39 @@ add_export (struct lg_dev *d, char *err, size_t errlen)
   return 0;
 }
 
+/* Why the exports could not be opened, in captive mode (after_fork). */
+static char start_err[512];
+
+static int
+start_failed (const char *why)
+{
+  nbdkit_error ("%s", why);
+  snprintf (start_err, sizeof start_err, "%s", why);
+  return -1;
+}
+
+/* Under nbdkit --run (1.32), the parent process runs the command and
+ * keeps the listening socket: if the server child exits, the command's
+ * connection waits in the backlog for ever (doc/nbdkit-bugs.md, 2). */
+static bool
+captive (void)
+{
+  char path[64], comm[32] = "";
+  FILE *f;
+
+  snprintf (path, sizeof path, "/proc/%ld/comm", (long) getppid ());
+  f = fopen (path, "r");
+  if (f == NULL)
+    return false;
+  if (fgets (comm, sizeof comm, f) == NULL)
+    comm[0] = '\0';
+  fclose (f);
+  return strncmp (comm, "nbdkit", 6) == 0;
+}
+
 /* Opens the pool and the devices: once, after nbdkit forked. */
 static int
-lungate_after_fork (void)
+open_exports (void)
 {
   char err[512];
   int *luns = NULL;
@@ -627,10 +657,8 @@ lungate_after_fork (void)
 
   pool = lg_pool_open (&login, portals, purl.target, connections, err,
                        sizeof err);
-  if (pool == NULL) {
-    nbdkit_error ("%s", err);
-    return -1;
-  }
+  if (pool == NULL)
+    return start_failed (err);
   /* Before the LUNs are opened: nbdkit already listens, and a SIGTERM
    * while a target that stopped answering holds the opening would else
    * wait out the whole outage budget. */
@@ -638,18 +666,16 @@ lungate_after_fork (void)
   if (purl.kind == LG_URL_LUN) {
     luns = malloc (sizeof *luns);
     if (luns == NULL)
-      return -1;
+      return start_failed ("out of memory");
     luns[0] = purl.lun;
     n = 1;
   }
-  else if (lg_report_luns (pool, &luns, &n, err, sizeof err) < 0) {
-    nbdkit_error ("%s", err);
-    return -1;
-  }
+  else if (lg_report_luns (pool, &luns, &n, err, sizeof err) < 0)
+    return start_failed (err);
   exports = calloc (n ? n : 1, sizeof *exports);
   if (exports == NULL) {
     free (luns);
-    return -1;
+    return start_failed ("out of memory");
   }
   for (size_t i = 0; i < n; i++) {
     struct lg_dev *d
@@ -659,9 +685,8 @@ lungate_after_fork (void)
       /* A LUN URL must work; in a target, LUNs that are not disks (the
        * controller at LUN 0) are simply not exported. */
       if (purl.kind == LG_URL_LUN) {
-        nbdkit_error ("%s", err);
         free (luns);
-        return -1;
+        return start_failed (err);
       }
       if (errno == ENOTBLK)
         nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
@@ -671,17 +696,30 @@ lungate_after_fork (void)
     }
     if (add_export (d, err, sizeof err) < 0) {
       if (purl.kind == LG_URL_LUN) {
-        nbdkit_error ("%s", err);
         free (luns);
-        return -1;
+        return start_failed (err);
       }
       nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
     }
   }
   free (luns);
   if (nexports == 0) {
-    nbdkit_error ("%s: the target has no disk LUN to export", purl.target);
-    return -1;
+    snprintf (err, sizeof err, "%s: the target has no disk LUN to export",
+              purl.target);
+    return start_failed (err);
+  }
+  return 0;
+}
+
+static int
+lungate_after_fork (void)
+{
+  if (open_exports () < 0) {
+    if (!captive ())
+      return -1; /* nbdkit exits with the reason */
+    /* Under --run: stay up with no export, so that the command's open
+     * fails with the reason instead of waiting for ever. */
+    nexports = 0;
   }
   start_stats ();
   atexit (shut_down);
@@ -784,6 +822,11 @@ lungate_open (int readonly)
   struct handle *h;
   const struct export *e = find_export (name ? name : "");
 
+  if (start_err[0]) {
+    nbdkit_error ("the gateway could not start: %s", start_err);
+    errno = EIO;
+    return NULL;
+  }
   if (e == NULL) {
     nbdkit_error ("export '%s' does not exist: exports are lun<N>, see "
                   "nbdinfo --list",
