@@ -56,4 +56,102 @@ if [ "$rc" -ne 0 ]; then
   grep -E 'budget|ABORT|lost|logged in|fenced|unknown' "$TGT_DIR/nbdkit.log" | tail -12
   fail "a 2.5 s outage within a 10 s budget failed a slow write"
 fi
+nbd_stop "$npid"
+
+# The other side: a read the target never answers (it still answers
+# NOP-Outs), its connection cut 8 s in.  From here a slow command and an
+# ignored one look the same, and the budget counts from the target's last
+# word (its last NOP-In), so the read may take up to about two budgets;
+# never more (a close is no word from the target: the relay counts PDUs,
+# not POLLIN; and an answer that makes the command go again, a unit
+# attention, does not restart its budget either: the hostile review of
+# 35d5979 saw 8 budgets).
+tool=${srcdir:-.}/tools/hostile-target.py
+rm -f "$TGT_DIR/arm"
+python3 -B "$tool" --port 0 --mode no-answer --repeat always --armed-by "$TGT_DIR/arm" \
+  >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
+hpid=$!
+on_exit kill "$hpid"
+for _ in $(seq 100); do grep -q '^ready ' "$TGT_DIR/h.out" && break; sleep 0.05; done
+hport=$(awk '/^ready /{print $2}' "$TGT_DIR/h.out")
+[ -n "$hport" ] || fail "the hostile target did not start"
+rm -f "$sock"
+"${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" \
+  "url=iscsi://127.0.0.1:$hport/iqn.2026-01.test.lungate:hostile/0" timeout=10 \
+  2>"$TGT_DIR/nbdkit2.log" &
+npid=$!
+on_exit nbd_stop "$npid"
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit2.log"; fail "nbdkit did not start (hostile)"; }
+env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" "$TGT_DIR/arm" >"$TGT_DIR/client2.out" 2>&1 <<'PY' &
+import nbd, sys, time
+h = nbd.NBD()
+h.connect_unix(sys.argv[1])
+open(sys.argv[2], "w").close()
+t = time.monotonic()
+try:
+    h.pread(4096, 1 << 20)
+    print("read OK")
+except nbd.Error:
+    print("failed %.1f" % (time.monotonic() - t))
+PY
+cpid=$!
+for _ in $(seq 100); do [ -f "$TGT_DIR/arm" ] && break; sleep 0.05; done
+sleep 8
+ss -K state established "( dport = :$hport )" >/dev/null 2>&1 \
+  || fail "ss -K cannot cut the connections"
+wait "$cpid" || true
+took=$(cat "$TGT_DIR/client2.out")
+case $took in
+  "failed "*) ;;
+  *) cat "$TGT_DIR/nbdkit2.log"; fail "an unanswered read ended with '$took'" ;;
+esac
+if ! awk -v t="${took#failed }" 'BEGIN { exit !(t + 0 < 25) }'; then
+  tail -20 "$TGT_DIR/nbdkit2.log"
+  fail "an unanswered read, its connection cut 8 s in, failed after ${took#failed } s: over two 10 s budgets"
+fi
+echo "unanswered read, cut 8 s in: failed after ${took#failed } s (budget 10 s)"
+nbd_stop "$npid"
+kill "$hpid"; wait "$hpid" 2>/dev/null
+
+# A target that answers each read with a unit attention, ignores the
+# retry and drops the connection 3 s later, on every connection: with a
+# 4 s budget the read fails within two budgets (it took 32.6 s when an
+# answer restarted the budget).
+rm -f "$TGT_DIR/arm"
+python3 -B "$tool" --port 0 --mode ua-then-stall --armed-by "$TGT_DIR/arm" \
+  >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
+hpid=$!
+for _ in $(seq 100); do grep -q '^ready ' "$TGT_DIR/h.out" && break; sleep 0.05; done
+hport=$(awk '/^ready /{print $2}' "$TGT_DIR/h.out")
+[ -n "$hport" ] || fail "the hostile target did not start (ua-then-stall)"
+rm -f "$sock"
+"${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" connections=1 \
+  "url=iscsi://127.0.0.1:$hport/iqn.2026-01.test.lungate:hostile/0" timeout=4 \
+  2>"$TGT_DIR/nbdkit3.log" &
+npid=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit3.log"; fail "nbdkit did not start (ua-then-stall)"; }
+took=$(env -u LD_PRELOAD timeout 120 "$NBD_PYTHON" - "$sock" "$TGT_DIR/arm" <<'PY'
+import nbd, sys, time
+h = nbd.NBD()
+h.connect_unix(sys.argv[1])
+open(sys.argv[2], "w").close()
+t = time.monotonic()
+try:
+    h.pread(4096, 1 << 20)
+    print("read OK")
+except nbd.Error:
+    print("failed %.1f" % (time.monotonic() - t))
+PY
+) || true
+case $took in
+  "failed "*) ;;
+  *) cat "$TGT_DIR/nbdkit3.log"; fail "ua-then-stall: the read ended with '$took'" ;;
+esac
+if ! awk -v t="${took#failed }" 'BEGIN { exit !(t + 0 < 12) }'; then
+  tail -20 "$TGT_DIR/nbdkit3.log"
+  fail "ua-then-stall: the read failed after ${took#failed } s: over two 4 s budgets"
+fi
+echo "ua-then-stall: failed after ${took#failed } s (budget 4 s)"
 echo "test-budget-blip: ok"

@@ -350,6 +350,7 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
 {
   struct lg_cmd *cmd = private_data;
   struct lg_session *s = cmd->session;
+  int64_t trouble;
 
   (void) command_data;
   lg_s_inflight_del (s, cmd);
@@ -374,7 +375,12 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
     lg_s_cmd_lost (s, cmd);
     return;
   }
-  /* An answer from the target: the outcome is known. */
+  /* An answer from the target: the outcome is known.  A command the
+   * answer sends again (a unit attention, an abort by the target) keeps
+   * its trouble: a target that answers each retry with a unit attention
+   * and stalls the next must not restart the budget each time (the
+   * hostile review of 35d5979: 8 times the budget). */
+  trouble = cmd->trouble_ms;
   lg_s_cmd_known (s, cmd);
   cmd->status = status;
   if (short_read (cmd, status)) {
@@ -385,13 +391,16 @@ scsi_cb (struct iscsi_context *ctx, int status, void *command_data,
     /* Aborted by the target (an ABORT TASK, a LUN RESET from any
      * initiator): it will not execute any further; issue it again. */
     lg_s_reset_task (cmd);
+    cmd->trouble_ms = trouble;
     lg_s_issue (s, cmd);
     return;
   }
   if (status == SCSI_STATUS_CHECK_CONDITION) {
     cmd->sense = cmd->task->sense;
-    if (unit_attention (s, cmd))
+    if (unit_attention (s, cmd)) {
+      cmd->trouble_ms = trouble;
       return;
+    }
   }
   else if ((status == SCSI_STATUS_BUSY || status == SCSI_STATUS_TASK_SET_FULL)
            && busy (s, cmd))

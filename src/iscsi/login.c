@@ -256,7 +256,15 @@ lg_s_service (struct lg_session *s, short revents)
    * sends. */
   if (in && revents != POLLOUT)
     revents |= POLLIN;
-  if (revents & POLLIN)
+  /* The target was heard from: a PDU came (the relay saw its header), not
+   * a close, which polls as POLLIN too (the hostile review of 35d5979). */
+  if (s->relay) {
+    int64_t h = lg_relay_heard_ms (s->relay);
+
+    if (h > s->heard_ms)
+      s->heard_ms = h;
+  }
+  else if (revents & POLLIN)
     s->heard_ms = lg_mono_ms ();
   /* What libiscsi says after a failure is its cause only if it changed
    * (lg_s_why). */

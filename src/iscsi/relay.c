@@ -69,6 +69,7 @@ struct lg_relay {
   time_t nop_sec;
   unsigned nop_count;
   time_t shut_since; /* the command window closed since (0: open) */
+  int64_t heard_ms;  /* the last PDU header from the target (monotonic) */
   uint32_t exp_cmdsn, max_cmdsn;
   bool broke;
   bool eof, shut; /* the target's side ended; libiscsi's told so */
@@ -560,6 +561,12 @@ note_window (struct lg_relay *r, const unsigned char *h)
     r->shut_since = 0;
 }
 
+int64_t
+lg_relay_heard_ms (const struct lg_relay *r)
+{
+  return r->heard_ms;
+}
+
 void
 lg_relay_window_note (const struct lg_relay *r, char *buf, size_t len)
 {
@@ -588,7 +595,10 @@ lg_relay_check_in (struct lg_relay *r, const unsigned char *h, size_t len)
   uint32_t dsl = be24 (h + 5), limit = r->ff ? r->my_mrdsl : LOGIN_MRDSL;
   const unsigned char *d = h + BHS + r->hd;
   uint32_t have = len >= BHS + r->hd ? (uint32_t) (len - BHS - r->hd) : 0;
+  struct timespec ts;
 
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  r->heard_ms = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   if (have > dsl)
     have = dsl;
   note_window (r, h);

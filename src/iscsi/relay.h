@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct lg_relay;
 
@@ -51,6 +52,10 @@ short lg_relay_net_events (const struct lg_relay *r);
 int lg_relay_pump (struct lg_relay *r, unsigned from, bool *delivered);
 const char *lg_relay_error (const struct lg_relay *r);
 bool lg_relay_broke_protocol (const struct lg_relay *r);
+
+/* When the last PDU header came from the target (CLOCK_MONOTONIC, ms; 0:
+ * none yet): bytes of a PDU, not a close or a reset. */
+int64_t lg_relay_heard_ms (const struct lg_relay *r);
 
 /* Whether the target holds its command window closed (MaxCmdSN below
  * ExpCmdSN), and since how many seconds: into buf, "" when it is open. */

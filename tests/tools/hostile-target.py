@@ -82,6 +82,8 @@ MODES = {
     "retries succeed",
     "task-set-full": "every other READ/WRITE answered TASK SET FULL "
     "(status 0x28), retries succeed",
+    "ua-then-stall": "READ: the first of each connection answered UNIT "
+    "ATTENTION, the retry never; the connection closed 3 s later",
     "unit-attention-once": "first command on each LUN of a connection "
     "answered UNIT ATTENTION (power on)",
 }
@@ -379,6 +381,7 @@ class Conn:
         self.ua_luns = set()
         self.odd_sense_turn = 0
         self.stall = False
+        self.ua_stalled = False
 
     # -- helpers -------------------------------------------------------
 
@@ -725,6 +728,10 @@ class Conn:
                  u32(h, 24), " imm" if pdu.immediate else "")
         if self.normal() and self.active("no-answer"):
             return
+        if self.ua_stalled and cdb[0] in READ_OPS:
+            if not self.closed:
+                threading.Timer(3.0, self.close_now).start()
+            return
         if self.ncmds == 4 and self.fire("async-logout"):
             self.send_async_logout()
         if pdu.flags & 0x20 and edtl:
@@ -822,6 +829,13 @@ class Conn:
             self.active(m, "blocks=%d len=%d" % (reported_blocks(),
                                                  reported_block_len()))
 
+    def close_now(self):
+        """ua-then-stall: end the connection (from a timer thread)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def pre_checks(self, lun, op):
         if op in (0x12, 0xA0):
             return      # INQUIRY and REPORT LUNS never fail on the LUN
@@ -834,6 +848,10 @@ class Conn:
             if not self.ua_due:
                 self.active("unit-attention")
                 raise Check(0x06, 0x29, 0x00)
+        if (op in READ_OPS and self.normal() and not self.ua_stalled
+                and self.active("ua-then-stall")):
+            self.ua_stalled = True
+            raise Check(0x06, 0x29, 0x00)
         if lun not in self.ua_luns and "unit-attention-once" in self.modes:
             self.ua_luns.add(lun)
             self.log("fired unit-attention-once lun=%d", lun)
