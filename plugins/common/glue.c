@@ -115,11 +115,17 @@ lg_nbdkit_gate_pass (struct lg_nbdkit_gate *g)
 {
   bool gone;
 
-  /* This thread went through before and still runs (a connection served
-   * by one thread): its earlier reply is done. */
-  if (pthread_getspecific (gate_key) == g)
-    return;
+  /* This thread went through and still holds the gate (a connection
+   * served by one thread, or a filter calling us again for the same
+   * request): go on.  A thread that went through and lost the gate to a
+   * waiter after LG_GATE_WAIT_MS (a filter held it up) waits again: its
+   * reply must not race the new passer's (the second hostile review of
+   * e2e7e78). */
   pthread_mutex_lock (&g->lock);
+  if (g->passing && pthread_equal (g->passer, pthread_self ())) {
+    pthread_mutex_unlock (&g->lock);
+    return;
+  }
   gone = g->gone;
   pthread_mutex_unlock (&g->lock);
   /* 0 s: returns at once, -1 (and logs it once) when the client has

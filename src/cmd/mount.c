@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,6 +383,9 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
   char path[PATH_MAX];
   struct stat st;
 
+  /* A log on a pipe whose reader left loses its lines, not the mount,
+   * from the first line on (-v -v logs before the FUSE handlers). */
+  signal (SIGPIPE, SIG_IGN);
   if (where == NULL)
     where = foreground                                           ? "stderr"
         : (stat ("/dev/log", &st) == 0 && S_ISSOCK (st.st_mode)) ? "syslog"
@@ -415,7 +419,11 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
               errno == ENXIO ? "a FIFO with no reader" : strerror (errno));
     return -1;
   }
-  fcntl (fo->log_fd, F_SETFL, fcntl (fo->log_fd, F_GETFL) & ~O_NONBLOCK);
+  /* A FIFO or socket that is not read would stop the mount at its next
+   * line: there lines are dropped instead (writes stay non-blocking). */
+  if (fstat (fo->log_fd, &st) == 0 && !S_ISFIFO (st.st_mode)
+      && !S_ISSOCK (st.st_mode))
+    fcntl (fo->log_fd, F_SETFL, fcntl (fo->log_fd, F_GETFL) & ~O_NONBLOCK);
   if (foreground) {
     if (dup2 (fo->log_fd, STDERR_FILENO) < 0) {
       lg_error ("--log %s: %m", where);
