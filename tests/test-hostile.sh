@@ -255,6 +255,60 @@ PY
   mkfifo "$d/fifo"
   EXPECT_TIMEOUT=20 expect_exit 1 "--log .*fifo: cannot open the log file: a FIFO with no reader" \
     "$LUNGATE" mount --log "$d/fifo" "$url" "$mnt"
+
+  # --log on a FIFO whose reader holds it open, full, and never reads: the
+  # lines are dropped; the mount comes up, serves, and stops on an unmount
+  # (the second hostile review of 255a49b: write(2) blocked every thread).
+  rm -f "$d/arm"
+  hostile --mode no-answer --repeat always --armed-by "$d/arm"
+  mkfifo "$d/fifo-full"
+  python3 -B - "$d/fifo-full" <<'PY' &
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_NONBLOCK)
+fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ: as small as it goes
+try:
+    while True:
+        os.write(fd, b"x" * 256)
+except BlockingIOError:
+    pass
+open(sys.argv[1] + ".full", "w").close()
+time.sleep(300)
+PY
+  holder=$!
+  for _ in $(seq 100); do [ -f "$d/fifo-full.full" ] && break; sleep 0.1; done
+  [ -f "$d/fifo-full.full" ] || fail "could not fill the FIFO"
+  with_timeout 30 "$LUNGATE" -v -v mount --log "$d/fifo-full" --io-timeout 2 \
+    -o direct_io "$url" "$mnt" || fail "--log on a full FIFO: the mount did not come up"
+  touch "$d/arm"
+  for _ in 1 2; do
+    rc=0
+    with_timeout 30 dd if="$mnt/lun0" of=/dev/null bs=4k count=1 skip=779 iflag=direct \
+      status=none 2>/dev/null || rc=$?
+    [ "$rc" -eq 1 ] || fail "--log on a full FIFO: a read the target does not answer ended with status $rc, not a failure (124: it hung)"
+  done
+  rm -f "$d/arm"
+  with_timeout 30 dd if="$mnt/lun0" of=/dev/null bs=4k count=1 skip=779 iflag=direct status=none \
+    || fail "--log on a full FIFO: the mount does not serve"
+  mp=$(pgrep -f "lungate -v -v mount --log $d/fifo-full" | head -1)
+  [ -n "$mp" ] || fail "--log on a full FIFO: the mount's process is gone"
+  fusermount3 -u "$mnt" || fail "--log on a full FIFO: the unmount failed"
+  wait_exit "$mp" 30 "lungate mount (--log on a full FIFO) after the unmount"
+  kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null || true
+
+  # -v -v with --log stderr into a pipe whose reader leaves after the
+  # first byte: SIGPIPE is ignored before the first line, not only once
+  # FUSE runs (exit 141 before the mount came up).
+  rm -f "$d/v.rc"
+  ( rc=0; "$LUNGATE" -v -v mount -f --log stderr "$url" "$mnt" 2>&1 || rc=$?
+    echo "$rc" >"$d/v.rc" ) | head -c 1 >/dev/null &
+  for _ in $(seq 100); do [ -f "$mnt/lun0" ] || [ -f "$d/v.rc" ] && break; sleep 0.1; done
+  [ -f "$mnt/lun0" ] || { cat "$d/v.rc" 2>/dev/null; fail "-v -v --log stderr into a closed pipe: the mount did not come up"; }
+  dd if="$mnt/lun0" of=/dev/null bs=4k count=1 skip=780 iflag=direct status=none \
+    || fail "-v -v --log stderr into a closed pipe: the mount does not serve"
+  fusermount3 -u "$mnt" || fail "-v -v --log stderr: the unmount failed"
+  for _ in $(seq 300); do [ -f "$d/v.rc" ] && break; sleep 0.1; done
+  [ "$(cat "$d/v.rc" 2>/dev/null)" = 0 ] \
+    || fail "-v -v --log stderr into a closed pipe: the mount exited with '$(cat "$d/v.rc" 2>/dev/null)', not 0"
 fi
 
 # ---- nbdkit --run, and the LUNs cannot be opened after the check before
