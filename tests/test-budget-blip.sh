@@ -67,23 +67,34 @@ nbd_stop "$npid"
 # attention, does not restart its budget either: the hostile review of
 # 35d5979 saw 8 budgets).
 tool=${srcdir:-.}/tools/hostile-target.py
-rm -f "$TGT_DIR/arm"
-python3 -B "$tool" --port 0 --mode no-answer --repeat always --armed-by "$TGT_DIR/arm" \
-  >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
-hpid=$!
-on_exit kill "$hpid"
-for _ in $(seq 100); do grep -q '^ready ' "$TGT_DIR/h.out" && break; sleep 0.05; done
-hport=$(awk '/^ready /{print $2}' "$TGT_DIR/h.out")
-[ -n "$hport" ] || fail "the hostile target did not start"
-rm -f "$sock"
-"${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" \
-  "url=iscsi://127.0.0.1:$hport/iqn.2026-01.test.lungate:hostile/0" timeout=10 \
-  2>"$TGT_DIR/nbdkit2.log" &
-npid=$!
-on_exit nbd_stop "$npid"
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit2.log"; fail "nbdkit did not start (hostile)"; }
-env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" "$TGT_DIR/arm" >"$TGT_DIR/client2.out" 2>&1 <<'PY' &
+
+# hostile_nbdkit MODE REPEAT LOG NBDKIT-PARAM...: the hostile target in
+# MODE, armed by $TGT_DIR/arm, and the plugin serving it on $sock.
+hostile_nbdkit ()
+{
+  local mode=$1 repeat=$2 log=$3
+  shift 3
+  rm -f "$TGT_DIR/arm" "$sock"
+  python3 -B "$tool" --port 0 --mode "$mode" --repeat "$repeat" --armed-by "$TGT_DIR/arm" \
+    >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
+  hpid=$!
+  on_exit kill "$hpid"
+  for _ in $(seq 100); do grep -q '^ready ' "$TGT_DIR/h.out" && break; sleep 0.05; done
+  hport=$(awk '/^ready /{print $2}' "$TGT_DIR/h.out")
+  [ -n "$hport" ] || fail "the hostile target did not start ($mode)"
+  "${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" \
+    "url=iscsi://127.0.0.1:$hport/iqn.2026-01.test.lungate:hostile/0" "$@" 2>"$log" &
+  npid=$!
+  on_exit nbd_stop "$npid"
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  [ -S "$sock" ] || { cat "$log"; fail "nbdkit did not start ($mode)"; }
+}
+
+# timed_read: connects to $sock, arms the target, reads 4 KiB; prints
+# "read OK" or "failed SECONDS".
+timed_read ()
+{
+  env -u LD_PRELOAD timeout 120 "$NBD_PYTHON" - "$sock" "$TGT_DIR/arm" <<'PY'
 import nbd, sys, time
 h = nbd.NBD()
 h.connect_unix(sys.argv[1])
@@ -95,6 +106,25 @@ try:
 except nbd.Error:
     print("failed %.1f" % (time.monotonic() - t))
 PY
+}
+
+# within LOG BUDGET LIMIT WHAT: the read ($took) failed within LIMIT s
+# (two budgets and a margin).
+within ()
+{
+  case $took in
+    "failed "*) ;;
+    *) cat "$1"; fail "$4: the read ended with '$took'" ;;
+  esac
+  if ! awk -v t="${took#failed }" -v l="$3" 'BEGIN { exit !(t + 0 < l) }'; then
+    tail -20 "$1"
+    fail "$4: the read failed after ${took#failed } s: over two $2 s budgets and a margin"
+  fi
+  echo "$4: failed after ${took#failed } s (budget $2 s)"
+}
+
+hostile_nbdkit no-answer always "$TGT_DIR/nbdkit2.log" timeout=10
+timed_read >"$TGT_DIR/client2.out" 2>&1 &
 cpid=$!
 for _ in $(seq 100); do [ -f "$TGT_DIR/arm" ] && break; sleep 0.05; done
 sleep 8
@@ -102,15 +132,7 @@ ss -K state established "( dport = :$hport )" >/dev/null 2>&1 \
   || fail "ss -K cannot cut the connections"
 wait "$cpid" || true
 took=$(cat "$TGT_DIR/client2.out")
-case $took in
-  "failed "*) ;;
-  *) cat "$TGT_DIR/nbdkit2.log"; fail "an unanswered read ended with '$took'" ;;
-esac
-if ! awk -v t="${took#failed }" 'BEGIN { exit !(t + 0 < 25) }'; then
-  tail -20 "$TGT_DIR/nbdkit2.log"
-  fail "an unanswered read, its connection cut 8 s in, failed after ${took#failed } s: over two 10 s budgets"
-fi
-echo "unanswered read, cut 8 s in: failed after ${took#failed } s (budget 10 s)"
+within "$TGT_DIR/nbdkit2.log" 10 25 "an unanswered read, its connection cut 8 s in"
 nbd_stop "$npid"
 kill "$hpid"; wait "$hpid" 2>/dev/null
 
@@ -118,40 +140,7 @@ kill "$hpid"; wait "$hpid" 2>/dev/null
 # retry and drops the connection 3 s later, on every connection: with a
 # 4 s budget the read fails within two budgets (it took 32.6 s when an
 # answer restarted the budget).
-rm -f "$TGT_DIR/arm"
-python3 -B "$tool" --port 0 --mode ua-then-stall --armed-by "$TGT_DIR/arm" \
-  >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
-hpid=$!
-for _ in $(seq 100); do grep -q '^ready ' "$TGT_DIR/h.out" && break; sleep 0.05; done
-hport=$(awk '/^ready /{print $2}' "$TGT_DIR/h.out")
-[ -n "$hport" ] || fail "the hostile target did not start (ua-then-stall)"
-rm -f "$sock"
-"${NBDKIT[@]}" -f -U "$sock" "$LUNGATE_PLUGIN" connections=1 \
-  "url=iscsi://127.0.0.1:$hport/iqn.2026-01.test.lungate:hostile/0" timeout=4 \
-  2>"$TGT_DIR/nbdkit3.log" &
-npid=$!
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit3.log"; fail "nbdkit did not start (ua-then-stall)"; }
-took=$(env -u LD_PRELOAD timeout 120 "$NBD_PYTHON" - "$sock" "$TGT_DIR/arm" <<'PY'
-import nbd, sys, time
-h = nbd.NBD()
-h.connect_unix(sys.argv[1])
-open(sys.argv[2], "w").close()
-t = time.monotonic()
-try:
-    h.pread(4096, 1 << 20)
-    print("read OK")
-except nbd.Error:
-    print("failed %.1f" % (time.monotonic() - t))
-PY
-) || true
-case $took in
-  "failed "*) ;;
-  *) cat "$TGT_DIR/nbdkit3.log"; fail "ua-then-stall: the read ended with '$took'" ;;
-esac
-if ! awk -v t="${took#failed }" 'BEGIN { exit !(t + 0 < 12) }'; then
-  tail -20 "$TGT_DIR/nbdkit3.log"
-  fail "ua-then-stall: the read failed after ${took#failed } s: over two 4 s budgets"
-fi
-echo "ua-then-stall: failed after ${took#failed } s (budget 4 s)"
+hostile_nbdkit ua-then-stall conn "$TGT_DIR/nbdkit3.log" connections=1 timeout=4
+took=$(timed_read) || true
+within "$TGT_DIR/nbdkit3.log" 4 12 "ua-then-stall"
 echo "test-budget-blip: ok"

@@ -334,6 +334,25 @@ stopped_target ()
   on_exit kill -CONT "$hpid"
 }
 seconds_since () { echo $(( $(date +%s) - $1 )); }
+# stops_on_term PID LOG ERE WHAT: SIGTERM to PID, which must be gone
+# within 30 s; under the ASan runtime, whose exit can hang (above), its
+# LOG must at least show (ERE) that the requests were failed.
+stops_on_term ()
+{
+  local t0
+  t0=$(date +%s)
+  kill -TERM "$1"
+  while kill -0 "$1" 2>/dev/null && [ "$(seconds_since "$t0")" -lt 30 ]; do
+    sleep 0.2
+  done
+  if kill -0 "$1" 2>/dev/null; then
+    if [ -z "$(_nbd_preload)" ] || ! grep -Eq "$3" "$2"; then
+      cat "$2"; fail "$4"
+    fi
+    kill -9 "$1"
+  fi
+  wait "$1" 2>/dev/null || true
+}
 # The same while the plugin still opens its LUNs (nbdkit listens before
 # that): a target that answers no command holds the opening; SIGTERM must
 # not wait out the 60 s budget (a CI run under load once sent it there,
@@ -346,18 +365,8 @@ rm -f "$d/s0.sock"
 gw=$!
 for _ in $(seq 100); do [ -S "$d/s0.sock" ] && break; sleep 0.1; done
 sleep 2
-t0=$(date +%s)
-kill -TERM "$gw"
-while kill -0 "$gw" 2>/dev/null && [ "$(seconds_since "$t0")" -lt 30 ]; do
-  sleep 0.2
-done
-if kill -0 "$gw" 2>/dev/null; then
-  if [ -z "$(_nbd_preload)" ] || ! grep -Eq "outage budget \(0 s\)" "$d/term0.log"; then
-    cat "$d/term0.log"; fail "nbdkit took over 30 s to stop on SIGTERM while opening its LUNs"
-  fi
-  kill -9 "$gw"
-fi
-wait "$gw" 2>/dev/null || true
+stops_on_term "$gw" "$d/term0.log" "outage budget \(0 s\)" \
+  "nbdkit took over 30 s to stop on SIGTERM while opening its LUNs"
 hostile --size $((8 << 20))
 "${NBDKIT[@]}" -f -U "$d/s.sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$d/term.log" &
 gw=$!
@@ -365,21 +374,8 @@ for _ in $(seq 100); do [ -S "$d/s.sock" ] && break; sleep 0.1; done
 stopped_target
 timeout 120 nbdcopy "nbd+unix:///?socket=$d/s.sock" "$d/out" 2>/dev/null &
 sleep 2
-t0=$(date +%s)
-kill -TERM "$gw"
-while kill -0 "$gw" 2>/dev/null && [ "$(seconds_since "$t0")" -lt 30 ]; do
-  sleep 0.2
-done
-if kill -0 "$gw" 2>/dev/null; then
-  # The ASan runtime's exit hang (above): the requests must have been
-  # failed all the same.
-  if [ -z "$(_nbd_preload)" ] \
-     || ! grep -Eq "shutting down|outage budget \(0 s\)" "$d/term.log"; then
-    cat "$d/term.log"; fail "nbdkit took over 30 s to stop on SIGTERM"
-  fi
-  kill -9 "$gw"
-fi
-wait "$gw" 2>/dev/null || true
+stops_on_term "$gw" "$d/term.log" "shutting down|outage budget \(0 s\)" \
+  "nbdkit took over 30 s to stop on SIGTERM"
 kill -CONT "$hpid"
 if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   hostile --size $((8 << 20))
