@@ -427,6 +427,8 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
   if (foreground) {
     if (dup2 (fo->log_fd, STDERR_FILENO) < 0) {
       lg_error ("--log %s: %m", where);
+      close (fo->log_fd);
+      fo->log_fd = -1;
       return -1;
     }
     lg_log_stamp (true);
