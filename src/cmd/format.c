@@ -90,8 +90,20 @@ looks_used (struct lg_dev *d, bool *used)
   return 0;
 }
 
-int
-lg_cmd_format (int argc, char **argv)
+/* What the command line asks for. */
+struct format_args {
+  struct lg_login login;
+  struct lg_cmd_keys keys;
+  struct lg_url u;
+  const char *path; /* a file, not a LUN URL */
+  uint32_t mode;
+  uint64_t ops, mem; /* Argon2 limits */
+  bool lazy, force;
+};
+
+/* The options and the LUN: -1 to go on, else the exit status. */
+static int
+parse_args (int argc, char **argv, struct format_args *a)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
@@ -104,156 +116,138 @@ lg_cmd_format (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  struct lg_login login;
-  struct lg_cmd_keys keys = { 0 };
-  struct lg_url u = { 0 };
-  const char *path = NULL; /* a file, not a LUN URL */
-  struct lg_dev *raw = NULL, *cd = NULL;
-  struct lg_header h;
-  uint8_t *mk = NULL;
-  uint8_t hb[LG_HDR_SIZE];
-  char err[512], hs[32];
-  uint32_t mode = LG_MODE_AEAD;
-  uint64_t ops = crypto_pwhash_OPSLIMIT_MODERATE;
-  uint64_t mem = crypto_pwhash_MEMLIMIT_MODERATE;
-  bool lazy = false, force = false, used, interrupted;
-  int c, status = LG_EXIT_FAIL;
+  int c, status;
 
-  if (lg_login_init (&login) < 0)
-    return LG_EXIT_FAIL;
   while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, &keys, c, optarg);
+    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      goto out;
+      return LG_EXIT_FAIL;
     if (r > 0)
       continue;
     switch (c) {
     case OPT_MODE:
       if (strcmp (optarg, "aead") == 0)
-        mode = LG_MODE_AEAD;
+        a->mode = LG_MODE_AEAD;
       else if (strcmp (optarg, "mac") == 0)
-        mode = LG_MODE_MAC;
+        a->mode = LG_MODE_MAC;
       else {
         lg_error ("--mode: '%s': want aead or mac", optarg);
-        goto out;
+        return LG_EXIT_FAIL;
       }
       break;
     case OPT_ARGON2:
       if (strcmp (optarg, "interactive") == 0) {
-        ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
-        mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
+        a->ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
+        a->mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
       }
       else if (strcmp (optarg, "moderate") != 0) {
         lg_error ("--argon2: '%s': want interactive or moderate", optarg);
-        goto out;
+        return LG_EXIT_FAIL;
       }
       break;
     case OPT_LAZY:
-      lazy = true;
+      a->lazy = true;
       break;
     case OPT_FORCE:
-      force = true;
+      a->force = true;
       break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
+      return LG_EXIT_OK;
     default:
-      status = lg_usage_error ("format", "unknown option");
-      goto out;
+      return lg_usage_error ("format", "unknown option");
     }
   }
   if ((status
        = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL or a file"))
       != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  if ((keys.keyfile == NULL) == (keys.passphrase == NULL)) {
-    status = lg_usage_error ("format",
-                             "give one of --key-file and "
-                             "--passphrase-file");
-    goto out;
-  }
-  if ((status = lg_cmd_prepare_lun ("format", argv[optind], &u, &login, &path))
+    return status;
+  if ((a->keys.keyfile == NULL) == (a->keys.passphrase == NULL))
+    return lg_usage_error ("format",
+                           "give one of --key-file and --passphrase-file");
+  if ((status = lg_cmd_prepare_lun ("format", argv[optind], &a->u, &a->login,
+                                    &a->path))
       != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  raw = lg_cmd_open (&u, path, &login, 4, false);
-  if (raw == NULL)
-    goto out;
+    return status;
+  return -1;
+}
+
+/* Refuses to destroy what looks like data unless --force, and finds the
+ * geometry and whether an earlier format was interrupted.  0 or -1
+ * (said why). */
+static int
+check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
+           bool *interrupted)
+{
+  uint8_t hb[LG_HDR_SIZE];
+  bool used;
+
   if (raw->read_only) {
     lg_error ("%s: the LUN is read-only", raw->name);
-    goto out;
+    return -1;
   }
-
-  /* Refuse to destroy what looks like data, unless told to. */
   if (lg_dev_pread (raw, hb, sizeof hb, 0) < 0)
-    goto out;
-  if (!force && lg_header_has_magic (hb)) {
+    return -1;
+  if (!a->force && lg_header_has_magic (hb)) {
     lg_error ("%s: the LUN already holds a lungate header: use --force to "
               "format it again (its data is lost)",
               raw->name);
-    goto out;
+    return -1;
   }
-  if (!force) {
+  if (!a->force) {
     if (looks_used (raw, &used) < 0)
-      goto out;
+      return -1;
     if (used) {
       lg_error ("%s: the first MiB of the LUN is not empty (a partition "
                 "table or a file system?): use --force to format it anyway",
                 raw->name);
-      goto out;
+      return -1;
     }
   }
-
-  memset (&h, 0, sizeof h);
-  if (lg_header_geometry (&h, raw->size) < 0) {
+  memset (h, 0, sizeof *h);
+  if (lg_header_geometry (h, raw->size) < 0) {
     lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
               "volume",
               raw->name, raw->size);
-    goto out;
+    return -1;
   }
   /* A format that was interrupted wiped the header area first and sealed
    * units from the first on: metadata where the header says nothing. */
-  if (lg_dev_pread (raw, hb, sizeof hb, h.md_offset) < 0)
-    goto out;
-  interrupted = !sodium_is_zero (hb, sizeof hb);
-  if (!force && interrupted) {
+  if (lg_dev_pread (raw, hb, sizeof hb, h->md_offset) < 0)
+    return -1;
+  *interrupted = !sodium_is_zero (hb, sizeof hb);
+  if (!a->force && *interrupted) {
     lg_error ("%s: the LUN holds part of an interrupted lungate format "
               "(metadata without a header): use --force to format it again",
               raw->name);
-    goto out;
+    return -1;
   }
-  h.version = LG_HDR_VERSION;
-  h.mode = mode;
-  h.flags = lazy ? LG_HDR_FLAG_LAZY : 0;
-  randombytes_buf (h.uuid, sizeof h.uuid);
-  mk = sodium_malloc (LG_KEY_BYTES);
-  if (mk == NULL)
-    goto out;
-  crypto_kdf_keygen (mk);
-  if ((keys.keyfile
-           ? lg_keyslot_set_keyfile (&h, 0, mk, keys.keyfile)
-           : lg_keyslot_set_passphrase (&h, 0, mk, keys.passphrase, ops, mem))
-      < 0) {
-    lg_error ("cannot set up the key slot: %m");
-    goto out;
-  }
-  lg_header_set_mac (&h, mk);
+  return 0;
+}
+
+/* Wipes and seals the units of the volume h describes, with master key
+ * mk, then writes the header.  0 or -1 (said why). */
+static int
+write_volume (struct lg_dev *raw, const struct format_args *a,
+              struct lg_header *h, const uint8_t *mk, bool interrupted)
+{
+  struct lg_dev *cd;
+  char err[512];
+  int r = -1;
 
   /* The metadata first, the header last: a LUN is a lungate volume only
    * once everything under the header is in place. */
-  cd = lg_crypt_open (raw, false, &h, mk, 0, false, err, sizeof err);
+  cd = lg_crypt_open (raw, false, h, mk, 0, false, err, sizeof err);
   if (cd == NULL) {
     lg_error ("%s", err);
-    goto out;
+    return -1;
   }
   /* Wipe any old header copies and metadata, and (unless lazy) the data:
    * a sealed ZERO unit is authentic only over zeroed bytes.  On a
    * thin-provisioned LUN this deallocates and is quick. */
   lg_progress_start_bytes ("format: zeroing", 1);
-  if (!lazy)
+  if (!a->lazy)
     lg_progress_hint (LAZY_HINT, 180);
   /* Lazy: the metadata area of a huge LUN is huge too (1/43 of it), and
    * is left alone.  Old bytes there fail authentication (the UUID is in
@@ -262,40 +256,86 @@ lg_cmd_format (int argc, char **argv)
   /* Except after an interrupted format (or with --force): its sealed
    * slots would read as errors, so the metadata area is wiped too. */
   if (zero_lun (raw,
-                !lazy                      ? raw->size
-                    : interrupted || force ? h.data_offset
-                                           : LG_HDR_AREA)
+                !a->lazy                      ? raw->size
+                    : interrupted || a->force ? h->data_offset
+                                              : LG_HDR_AREA)
       < 0) {
     lg_progress_end ();
     goto out;
   }
   lg_progress_end ();
-  if (!lazy) {
+  if (!a->lazy) {
     lg_progress_start_bytes ("format: sealing units", LG_UNIT_SIZE);
     lg_progress_hint (LAZY_HINT, 180);
-    if (lg_crypt_init_units (cd, 0, h.nunits, progress) < 0) {
+    if (lg_crypt_init_units (cd, 0, h->nunits, progress) < 0) {
       lg_progress_end ();
       lg_error ("%s: writing the metadata failed: %m", raw->name);
       goto out;
     }
     lg_progress_end ();
   }
-  if (lg_header_write (raw, &h) < 0) {
+  if (lg_header_write (raw, h) < 0) {
     lg_error ("%s: writing the header failed: %m", raw->name);
     goto out;
   }
+  r = 0;
+
+out:
+  lg_dev_close (cd);
+  return r;
+}
+
+int
+lg_cmd_format (int argc, char **argv)
+{
+  struct format_args a = { .mode = LG_MODE_AEAD,
+                           .ops = crypto_pwhash_OPSLIMIT_MODERATE,
+                           .mem = crypto_pwhash_MEMLIMIT_MODERATE };
+  struct lg_dev *raw = NULL;
+  struct lg_header h;
+  uint8_t *mk = NULL;
+  char hs[32];
+  bool interrupted;
+  int status = LG_EXIT_FAIL;
+
+  if (lg_login_init (&a.login) < 0)
+    return LG_EXIT_FAIL;
+  if ((status = parse_args (argc, argv, &a)) >= 0)
+    goto out;
+  status = LG_EXIT_FAIL;
+  raw = lg_cmd_open (&a.u, a.path, &a.login, 4, false);
+  if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0)
+    goto out;
+  h.version = LG_HDR_VERSION;
+  h.mode = a.mode;
+  h.flags = a.lazy ? LG_HDR_FLAG_LAZY : 0;
+  randombytes_buf (h.uuid, sizeof h.uuid);
+  mk = sodium_malloc (LG_KEY_BYTES);
+  if (mk == NULL)
+    goto out;
+  crypto_kdf_keygen (mk);
+  if ((a.keys.keyfile ? lg_keyslot_set_keyfile (&h, 0, mk, a.keys.keyfile)
+                      : lg_keyslot_set_passphrase (&h, 0, mk, a.keys.passphrase,
+                                                   a.ops, a.mem))
+      < 0) {
+    lg_error ("cannot set up the key slot: %m");
+    goto out;
+  }
+  lg_header_set_mac (&h, mk);
+  if (write_volume (raw, &a, &h, mk, interrupted) < 0)
+    goto out;
   printf ("formatted %s: mode %s%s, %" PRIu64 " units, %s usable\n", raw->name,
-          mode == LG_MODE_AEAD ? "aead" : "mac", lazy ? " (lazy)" : "",
+          a.mode == LG_MODE_AEAD ? "aead" : "mac", a.lazy ? " (lazy)" : "",
           h.nunits, lg_human_size (h.nunits * LG_UNIT_SIZE, hs, sizeof hs));
   status = LG_EXIT_OK;
 
 out:
-  lg_dev_close (cd);
   lg_dev_close (raw);
   if (mk)
     sodium_free (mk);
-  lg_cmd_keys_clear (&keys);
-  lg_url_clear (&u);
-  lg_login_clear (&login);
+  sodium_memzero (&h, sizeof h);
+  lg_cmd_keys_clear (&a.keys);
+  lg_url_clear (&a.u);
+  lg_login_clear (&a.login);
   return status;
 }

@@ -62,8 +62,23 @@ kind_name (uint32_t k)
                                  : "empty";
 }
 
-int
-lg_cmd_key (int argc, char **argv)
+/* What the command line asks for. */
+struct key_args {
+  struct lg_login login;
+  struct lg_cmd_keys keys;
+  uint8_t *new_key;
+  char *new_pass;
+  struct lg_url u;
+  const char *path; /* a file, not a LUN URL */
+  const char *verb; /* list, add or remove */
+  long slot;
+  bool force;
+};
+
+/* The options, the action and the LUN: -1 to go on, else the exit
+ * status. */
+static int
+parse_args (int argc, char **argv, struct key_args *a)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
@@ -76,159 +91,163 @@ lg_cmd_key (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  struct lg_login login;
-  struct lg_cmd_keys keys = { 0 };
-  uint8_t *new_key = NULL;
-  char *new_pass = NULL;
-  struct lg_url u = { 0 };
-  const char *path = NULL; /* a file, not a LUN URL */
-  struct lg_dev *raw = NULL;
-  struct lg_header h;
-  struct lg_keysrc ks;
-  uint8_t *mk = NULL;
-  char err[512];
-  const char *verb;
-  long slot = -1;
-  bool force = false;
-  struct lg_key_change kc = { 0 };
-  int c, status = LG_EXIT_FAIL;
+  int c, status;
 
-  if (lg_login_init (&login) < 0)
-    return LG_EXIT_FAIL;
   while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, &keys, c, optarg);
+    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      goto out;
+      return LG_EXIT_FAIL;
     if (r > 0)
       continue;
     switch (c) {
     case OPT_NEW_KEY_FILE:
-      if (new_key)
-        sodium_free (new_key);
-      new_key = lg_keyfile_read (optarg);
-      if (new_key == NULL)
-        goto out;
+      if (a->new_key)
+        sodium_free (a->new_key);
+      a->new_key = lg_keyfile_read (optarg);
+      if (a->new_key == NULL)
+        return LG_EXIT_FAIL;
       break;
     case OPT_NEW_PASSPHRASE_FILE:
-      lg_secret_free (new_pass);
-      new_pass = lg_secret_from_file (optarg);
-      if (new_pass == NULL)
-        goto out;
+      lg_secret_free (a->new_pass);
+      a->new_pass = lg_secret_from_file (optarg);
+      if (a->new_pass == NULL)
+        return LG_EXIT_FAIL;
       break;
     case OPT_SLOT:
-      if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &slot) < 0) {
+      if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &a->slot) < 0) {
         lg_error ("--slot: '%s': want 0 to %d", optarg, LG_KEYSLOTS - 1);
-        goto out;
+        return LG_EXIT_FAIL;
       }
       break;
     case OPT_FORCE:
-      force = true;
+      a->force = true;
       break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
+      return LG_EXIT_OK;
     default:
-      status = lg_usage_error ("key", "unknown option");
-      goto out;
+      return lg_usage_error ("key", "unknown option");
     }
   }
-  if (optind >= argc) {
-    status = lg_usage_error ("key", "expected list, add or remove");
-    goto out;
-  }
-  verb = argv[optind++];
-  if (strcmp (verb, "list") && strcmp (verb, "add")
-      && strcmp (verb, "remove")) {
-    status = lg_usage_error ("key",
-                             "unknown action '%s': want list, add or "
-                             "remove",
-                             verb);
-    goto out;
-  }
+  if (optind >= argc)
+    return lg_usage_error ("key", "expected list, add or remove");
+  a->verb = argv[optind++];
+  if (strcmp (a->verb, "list") && strcmp (a->verb, "add")
+      && strcmp (a->verb, "remove"))
+    return lg_usage_error (
+        "key", "unknown action '%s': want list, add or remove", a->verb);
   if ((status
        = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL or a file"))
       != 0)
-    goto out;
-  if ((status = lg_cmd_prepare_lun ("key", argv[optind], &u, &login, &path))
+    return status;
+  if (strcmp (a->verb, "list") != 0 && a->keys.keyfile == NULL
+      && a->keys.passphrase == NULL)
+    return lg_usage_error ("key",
+                           "give a key that opens the volume "
+                           "(--key-file or --passphrase-file)");
+  if (strcmp (a->verb, "add") == 0
+      && (a->new_key == NULL) == (a->new_pass == NULL))
+    return lg_usage_error ("key",
+                           "add: give one of --new-key-file and "
+                           "--new-passphrase-file");
+  if (strcmp (a->verb, "remove") == 0 && a->slot < 0)
+    return lg_usage_error ("key", "remove: give --slot N");
+  if ((status
+       = lg_cmd_prepare_lun ("key", argv[optind], &a->u, &a->login, &a->path))
       != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  raw = lg_cmd_open (&u, path, &login, 1, strcmp (verb, "list") == 0);
-  if (raw == NULL)
-    goto out;
+    return status;
+  return -1;
+}
 
-  if (strcmp (verb, "list") == 0) {
-    if (lg_header_read (raw, &h, err, sizeof err) < 0) {
-      lg_error ("%s", errno == ENOENT ? "no lungate header on this LUN" : err);
-      goto out;
-    }
-    for (int i = 0; i < LG_KEYSLOTS; i++) {
-      if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
-        printf ("slot %d: passphrase (Argon2id, opslimit %" PRIu64
-                ", memlimit %" PRIu64 " MiB)\n",
-                i, h.slots[i].opslimit, h.slots[i].memlimit >> 20);
-      else
-        printf ("slot %d: %s\n", i, kind_name (h.slots[i].kind));
-    }
-    status = LG_EXIT_OK;
-    goto out;
-  }
+/* key list: the slots and their kinds. */
+static int
+list_slots (struct lg_dev *raw)
+{
+  struct lg_header h;
+  char err[512];
 
-  if (keys.keyfile == NULL && keys.passphrase == NULL) {
-    status = lg_usage_error ("key",
-                             "give a key that opens the volume "
-                             "(--key-file or --passphrase-file)");
-    goto out;
+  if (lg_header_read (raw, &h, err, sizeof err) < 0) {
+    lg_error ("%s", errno == ENOENT ? "no lungate header on this LUN" : err);
+    return LG_EXIT_FAIL;
   }
-  ks.keyfile = keys.keyfile;
-  ks.passphrase = keys.passphrase;
-  mk = sodium_malloc (LG_KEY_BYTES);
+  for (int i = 0; i < LG_KEYSLOTS; i++) {
+    if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
+      printf ("slot %d: passphrase (Argon2id, opslimit %" PRIu64
+              ", memlimit %" PRIu64 " MiB)\n",
+              i, h.slots[i].opslimit, h.slots[i].memlimit >> 20);
+    else
+      printf ("slot %d: %s\n", i, kind_name (h.slots[i].kind));
+  }
+  return LG_EXIT_OK;
+}
+
+/* key add, key remove: unlocks the volume with the key given, and
+ * changes its slots in one header update. */
+static int
+change_slots (struct lg_dev *raw, const struct key_args *a)
+{
+  struct lg_keysrc ks
+      = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
+  struct lg_key_change kc = { 0 };
+  struct lg_header h;
+  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+  char err[512];
+  int status = LG_EXIT_FAIL;
+
   if (mk == NULL)
-    goto out;
+    return LG_EXIT_FAIL;
   if (lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err) < 0) {
     lg_error ("%s", err);
     goto out;
   }
-
-  if (strcmp (verb, "add") == 0 && (new_key == NULL) == (new_pass == NULL)) {
-    status = lg_usage_error ("key",
-                             "add: give one of --new-key-file and "
-                             "--new-passphrase-file");
-    goto out;
-  }
-  if (strcmp (verb, "remove") == 0 && slot < 0) {
-    status = lg_usage_error ("key", "remove: give --slot N");
-    goto out;
-  }
-  kc.add = strcmp (verb, "add") == 0;
-  kc.slot = slot;
-  kc.force = force;
+  kc.add = strcmp (a->verb, "add") == 0;
+  kc.slot = a->slot;
+  kc.force = a->force;
   kc.mk = mk;
-  kc.new_key = new_key;
-  kc.new_pass = new_pass;
+  kc.new_key = a->new_key;
+  kc.new_pass = a->new_pass;
   kc.name = raw->name;
   if (lg_header_update (raw, lg_key_change, &kc, NULL, err, sizeof err) < 0) {
     if (!kc.said)
       lg_error ("%s: updating the header: %s", raw->name, err);
     goto out;
   }
-  slot = kc.done;
-  printf ("%s: key slot %ld %s\n", raw->name, slot,
-          strcmp (verb, "add") == 0 ? "added" : "removed");
+  printf ("%s: key slot %ld %s\n", raw->name, (long) kc.done,
+          kc.add ? "added" : "removed");
   status = LG_EXIT_OK;
 
 out:
   sodium_memzero (&kc, sizeof kc);
-  if (mk)
-    sodium_free (mk);
-  if (new_key)
-    sodium_free (new_key);
-  lg_secret_free (new_pass);
+  sodium_memzero (&h, sizeof h);
+  sodium_free (mk);
+  return status;
+}
+
+int
+lg_cmd_key (int argc, char **argv)
+{
+  struct key_args a = { .slot = -1 };
+  struct lg_dev *raw = NULL;
+  int status;
+
+  if (lg_login_init (&a.login) < 0)
+    return LG_EXIT_FAIL;
+  if ((status = parse_args (argc, argv, &a)) >= 0)
+    goto out;
+  status = LG_EXIT_FAIL;
+  raw = lg_cmd_open (&a.u, a.path, &a.login, 1, strcmp (a.verb, "list") == 0);
+  if (raw != NULL)
+    status = strcmp (a.verb, "list") == 0 ? list_slots (raw)
+                                          : change_slots (raw, &a);
   lg_dev_close (raw);
-  lg_cmd_keys_clear (&keys);
-  lg_url_clear (&u);
-  lg_login_clear (&login);
+
+out:
+  if (a.new_key)
+    sodium_free (a.new_key);
+  lg_secret_free (a.new_pass);
+  lg_cmd_keys_clear (&a.keys);
+  lg_url_clear (&a.u);
+  lg_login_clear (&a.login);
   return status;
 }
