@@ -436,8 +436,94 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
   return 0;
 }
 
-int
-lg_cmd_mount (int argc, char **argv)
+/* What the command line asks for. */
+struct mount_args {
+  struct lg_login login;
+  struct lg_keytab tab;
+  struct lg_cmd_keys keys;
+  struct lg_fs_opts fo;
+  const char *log; /* --log, or NULL */
+  bool foreground, allow_other, default_perms, mode_set, nonempty;
+  unsigned connections;
+};
+
+/* -o OPT[,OPT...]: 0, or -1 (said why). */
+static int
+parse_o (struct mount_args *a, const char *arg)
+{
+  char *copy = strdup (arg), *save = NULL;
+  int r = 0;
+
+  if (copy == NULL)
+    return -1;
+  for (char *o = strtok_r (copy, ",", &save); o && r == 0;
+       o = strtok_r (NULL, ",", &save)) {
+    if (strcmp (o, "ro") == 0)
+      a->fo.read_only = true;
+    else if (strcmp (o, "rw") == 0)
+      a->fo.read_only = false;
+    else if (strcmp (o, "allow_other") == 0)
+      a->allow_other = true;
+    else if (strcmp (o, "default_permissions") == 0)
+      a->default_perms = true;
+    else if (strcmp (o, "direct_io") == 0)
+      a->fo.direct_io = true;
+    else {
+      lg_error ("-o: unknown mount option '%s'", o);
+      r = -1;
+    }
+  }
+  free (copy);
+  return r;
+}
+
+/* One option of mount's own: 0, or -1 (said why). */
+static int
+mount_option (struct mount_args *a, int c, const char *arg)
+{
+  long v;
+
+  switch (c) {
+  case 'f':
+    a->foreground = true;
+    return 0;
+  case 'o':
+    return parse_o (a, arg);
+  case OPT_CONNECTIONS:
+    if ((v = parse_num ("--connections", arg, 10, LG_POOL_MAX)) < 1)
+      return -1;
+    a->connections = (unsigned) v;
+    return 0;
+  case OPT_MODE:
+    if ((v = parse_num ("--mode", arg, 8, 07777)) < 0)
+      return -1;
+    a->fo.file_mode = (mode_t) v;
+    a->mode_set = true;
+    return 0;
+  case OPT_UID:
+    if ((v = parse_num ("--uid", arg, 10, INT_MAX)) < 0)
+      return -1;
+    a->fo.uid = (uid_t) v;
+    return 0;
+  case OPT_GID:
+    if ((v = parse_num ("--gid", arg, 10, INT_MAX)) < 0)
+      return -1;
+    a->fo.gid = (gid_t) v;
+    return 0;
+  case OPT_NONEMPTY:
+    a->nonempty = true;
+    return 0;
+  case OPT_KEY_DIR:
+    a->tab.dir = arg;
+    return 0;
+  }
+  return -1;
+}
+
+/* The options and the two arguments: -1 to go on, else the exit
+ * status. */
+static int
+parse_args (int argc, char **argv, struct mount_args *a)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
@@ -455,128 +541,106 @@ lg_cmd_mount (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  struct lg_login login;
-  struct lg_keytab tab = { 0 };
-  struct lg_cmd_keys keys = { .tab = &tab };
-  struct lg_url u = { 0 };
-  struct lg_fs_opts fo
-      = { .file_mode = 0600, .uid = getuid (), .gid = getgid (), .log_fd = -1 };
-  const char *log = NULL;
-  struct mount_plan *m = NULL;
-  struct lg_fs *fs = NULL;
-  char *fargv[8];
-  int fargc = 0;
-  char mount_opts[384];
-  bool foreground = false, allow_other = false, default_perms = false;
-  bool mode_set = false, nonempty = false;
-  char dir[PATH_MAX], source[200];
-  unsigned connections = 4;
-  long v;
-  int c, status = LG_EXIT_FAIL;
+  int c, status;
 
-  if (lg_login_init (&login) < 0)
-    return LG_EXIT_FAIL;
-  fargv[fargc++] = (char *) "lungate";
   while ((c = getopt_long (argc, argv, "fho:", opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, &keys, c, optarg);
+    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      goto out;
+      return LG_EXIT_FAIL;
     if (r > 0)
       continue;
     switch (c) {
     case 'f':
-      foreground = true;
-      break;
-    case 'o': {
-      char *copy = strdup (optarg), *save = NULL;
-
-      if (copy == NULL)
-        goto out;
-
-      for (char *o = strtok_r (copy, ",", &save); o;
-           o = strtok_r (NULL, ",", &save)) {
-        if (strcmp (o, "ro") == 0)
-          fo.read_only = true;
-        else if (strcmp (o, "rw") == 0)
-          fo.read_only = false;
-        else if (strcmp (o, "allow_other") == 0)
-          allow_other = true;
-        else if (strcmp (o, "default_permissions") == 0)
-          default_perms = true;
-        else if (strcmp (o, "direct_io") == 0)
-          fo.direct_io = true;
-        else {
-          lg_error ("-o: unknown mount option '%s'", o);
-          free (copy);
-          goto out;
-        }
-      }
-      free (copy);
-      break;
-    }
+    case 'o':
     case OPT_CONNECTIONS:
-      if ((v = parse_num ("--connections", optarg, 10, LG_POOL_MAX)) < 1)
-        goto out;
-      connections = (unsigned) v;
-      break;
     case OPT_MODE:
-      if ((v = parse_num ("--mode", optarg, 8, 07777)) < 0)
-        goto out;
-      fo.file_mode = (mode_t) v;
-      mode_set = true;
-      break;
     case OPT_UID:
-      if ((v = parse_num ("--uid", optarg, 10, INT_MAX)) < 0)
-        goto out;
-      fo.uid = (uid_t) v;
-      break;
     case OPT_GID:
-      if ((v = parse_num ("--gid", optarg, 10, INT_MAX)) < 0)
-        goto out;
-      fo.gid = (gid_t) v;
-      break;
     case OPT_NONEMPTY:
-      nonempty = true;
-      break;
     case OPT_KEY_DIR:
-      tab.dir = optarg;
+      if (mount_option (a, c, optarg) < 0)
+        return LG_EXIT_FAIL;
       break;
     case OPT_LOG:
-      if (optarg[0] == '\0') {
-        status = lg_usage_error ("mount", "--log: stderr, syslog or a file");
-        goto out;
-      }
-      log = optarg;
+      if (optarg[0] == '\0')
+        return lg_usage_error ("mount", "--log: stderr, syslog or a file");
+      a->log = optarg;
       break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
+      return LG_EXIT_OK;
     default:
-      status = lg_usage_error ("mount", "unknown option");
-      goto out;
+      return lg_usage_error ("mount", "unknown option");
     }
   }
   if ((status
        = lg_cmd_positionals ("mount", argc, argv, 2, "a URL and a directory"))
       != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  if (allow_other && !default_perms) {
+    return status;
+  if (a->allow_other && !a->default_perms) {
     lg_error ("-o allow_other needs -o default_permissions too: otherwise "
               "every user could write the LUNs");
-    goto out;
+    return LG_EXIT_FAIL;
   }
-  if (!mode_set && fo.read_only)
-    fo.file_mode = 0400;
-  if (open_log (log, foreground, &fo) < 0)
+  if (!a->mode_set && a->fo.read_only)
+    a->fo.file_mode = 0400;
+  return -1;
+}
+
+/* Mounts the LUNs m plans at dir, as source, and serves them until
+ * unmounted: 0, or -1 (said why). */
+static int
+serve (struct mount_plan *m, const struct mount_args *a, const char *dir,
+       const char *source)
+{
+  struct lg_fs *fs = lg_fs_new (&a->fo);
+  char *fargv[8];
+  int fargc = 0, r;
+  char mount_opts[384];
+
+  if (fs == NULL)
+    return -1;
+  lg_fs_on_stop (fs, stopping, m);
+  /* Sized for every option at once (64 bytes cut default_permissions). */
+  snprintf (mount_opts, sizeof mount_opts, "fsname=%s,subtype=lungate%s%s%s",
+            source, a->fo.read_only ? ",ro" : "",
+            a->allow_other ? ",allow_other" : "",
+            a->default_perms ? ",default_permissions" : "");
+  fargv[fargc++] = (char *) "lungate";
+  fargv[fargc++] = (char *) "-o";
+  fargv[fargc++] = mount_opts;
+  r = lg_fs_run (fs, dir, fargc, fargv, a->foreground, ready, m);
+  lg_fs_free (fs);
+  return r;
+}
+
+int
+lg_cmd_mount (int argc, char **argv)
+{
+  struct mount_args a = {
+    .fo
+    = { .file_mode = 0600, .uid = getuid (), .gid = getgid (), .log_fd = -1 },
+    .connections = 4,
+  };
+  struct lg_url u = { 0 };
+  struct mount_plan *m = NULL;
+  char dir[PATH_MAX], source[200];
+  int status;
+
+  a.keys.tab = &a.tab;
+  if (lg_login_init (&a.login) < 0)
+    return LG_EXIT_FAIL;
+  if ((status = parse_args (argc, argv, &a)) >= 0)
     goto out;
-  if ((status = lg_cmd_prepare (argv[optind], &u, &login)) != 0)
+  status = LG_EXIT_FAIL;
+  if (open_log (a.log, a.foreground, &a.fo) < 0)
+    goto out;
+  if ((status = lg_cmd_prepare (argv[optind], &u, &a.login)) != 0)
     goto out;
   status = LG_EXIT_FAIL;
   mount_source (&u, source, sizeof source);
-  if (check_dir (argv[optind + 1], nonempty, dir) < 0
+  if (check_dir (argv[optind + 1], a.nonempty, dir) < 0
       || check_mounted (source) < 0)
     goto out;
 
@@ -584,31 +648,16 @@ lg_cmd_mount (int argc, char **argv)
   if (m == NULL)
     goto out;
   m->u = &u;
-  m->login = &login;
-  tab.all.keyfile = keys.keyfile;
-  tab.all.passphrase = keys.passphrase;
-  m->tab = &tab;
-  m->connections = connections;
-  m->read_only = fo.read_only;
-  if (make_plan (m) < 0)
-    goto out;
-
-  fs = lg_fs_new (&fo);
-  if (fs == NULL)
-    goto out;
-  lg_fs_on_stop (fs, stopping, m);
-  /* Sized for every option at once (64 bytes cut default_permissions). */
-  snprintf (mount_opts, sizeof mount_opts, "fsname=%s,subtype=lungate%s%s%s",
-            source, fo.read_only ? ",ro" : "",
-            allow_other ? ",allow_other" : "",
-            default_perms ? ",default_permissions" : "");
-  fargv[fargc++] = (char *) "-o";
-  fargv[fargc++] = mount_opts;
-  if (lg_fs_run (fs, dir, fargc, fargv, foreground, ready, m) == 0)
+  m->login = &a.login;
+  a.tab.all.keyfile = a.keys.keyfile;
+  a.tab.all.passphrase = a.keys.passphrase;
+  m->tab = &a.tab;
+  m->connections = a.connections;
+  m->read_only = a.fo.read_only;
+  if (make_plan (m) == 0 && serve (m, &a, dir, source) == 0)
     status = LG_EXIT_OK;
 
 out:
-  lg_fs_free (fs);
   if (m) {
     for (size_t t = 0; t < m->ntargets; t++) {
       lg_pool_close (m->pools[t]);
@@ -616,9 +665,9 @@ out:
     }
     free (m);
   }
-  lg_cmd_keys_clear (&keys);
-  lg_keytab_clear (&tab);
+  lg_cmd_keys_clear (&a.keys);
+  lg_keytab_clear (&a.tab);
   lg_url_clear (&u);
-  lg_login_clear (&login);
+  lg_login_clear (&a.login);
   return status;
 }
