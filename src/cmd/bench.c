@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmd/bench.h"
 #include "cmd/cmd.h"
 
 enum {
@@ -49,10 +50,6 @@ enum {
 #include "util/hist.h"
 #include "util/log.h"
 #include "util/progress.h"
-
-#define MAX_DEPTHS 8
-#define MAX_MODES 3
-#define MAX_JOBS (4 * MAX_DEPTHS)
 
 static const char usage[]
     = "Usage: lungate bench [OPTIONS] iscsi://HOST[:PORT]/TARGET-IQN/LUN\n"
@@ -87,22 +84,6 @@ static const char usage[]
       "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
-
-struct job {
-  char name[48];  /* "seqread-qd32" */
-  char label[48]; /* "seq read 128K QD32" */
-  bool write, random;
-  uint32_t bs;
-  unsigned depth;
-};
-
-struct result {
-  bool done;
-  double secs;
-  uint64_t ops, bytes;
-  double cpu; /* seconds of this process */
-  uint64_t p50, p99, p999;
-};
 
 /* One running workload. */
 struct run {
@@ -330,203 +311,6 @@ fill (struct lg_dev *d, uint64_t region, const char *mode)
   return 0;
 }
 
-static double
-mbps (const struct result *r)
-{
-  return r->secs > 0 ? (double) r->bytes / r->secs / 1e6 : 0;
-}
-
-static double
-iops (const struct result *r)
-{
-  return r->secs > 0 ? (double) r->ops / r->secs : 0;
-}
-
-static double
-cpu_per_gib (const struct result *r)
-{
-  return r->bytes ? r->cpu / ((double) r->bytes / (1024.0 * 1024 * 1024)) : 0;
-}
-
-/* The figure a job is judged by: MB/s for sequential, IOPS for random. */
-static double
-figure (const struct job *j, const struct result *r)
-{
-  return j->random ? iops (r) : mbps (r);
-}
-
-static void
-print_table (const struct job *jobs, unsigned njobs, const char *const *modes,
-             unsigned nmodes, struct result res[][MAX_MODES])
-{
-  printf ("%-22s %-5s %9s %9s %8s %8s %9s %9s %8s\n", "workload", "mode",
-          "MB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "CPU s/GiB",
-          "vs plain");
-  for (unsigned i = 0; i < njobs; i++)
-    for (unsigned m = 0; m < nmodes; m++) {
-      const struct result *r = &res[i][m];
-      char ratio[16] = "";
-
-      if (!r->done)
-        continue;
-      if (m > 0 && res[i][0].done && figure (&jobs[i], &res[i][0]) > 0)
-        snprintf (ratio, sizeof ratio, "%.2fx",
-                  figure (&jobs[i], r) / figure (&jobs[i], &res[i][0]));
-      printf ("%-22s %-5s %9.1f %9.0f %8" PRIu64 " %8" PRIu64 " %9" PRIu64
-              " %9.2f %8s\n",
-              m == 0 ? jobs[i].label : "", modes[m], mbps (r), iops (r), r->p50,
-              r->p99, r->p999, cpu_per_gib (r), ratio);
-    }
-}
-
-static void
-print_json (const char *lun, uint64_t region, double secs,
-            const struct job *jobs, unsigned njobs, const char *const *modes,
-            unsigned nmodes, struct result res[][MAX_MODES])
-{
-  bool first = true;
-
-  printf ("{\n  \"lun\": ");
-  lg_json_string (stdout, lun);
-  printf (",\n  \"region_bytes\": %" PRIu64 ",\n  \"seconds_per_run\": %.1f,\n"
-          "  \"results\": [",
-          region, secs);
-  for (unsigned i = 0; i < njobs; i++)
-    for (unsigned m = 0; m < nmodes; m++) {
-      const struct result *r = &res[i][m];
-
-      if (!r->done)
-        continue;
-      printf ("%s\n    {\"workload\": \"%s\", \"rw\": \"%s\", \"pattern\": "
-              "\"%s\", \"block_size\": %" PRIu32 ", \"queue_depth\": %u, "
-              "\"mode\": \"%s\", \"seconds\": %.3f, \"ops\": %" PRIu64
-              ", \"bytes\": %" PRIu64 ", \"mb_per_s\": %.2f, \"iops\": %.1f, "
-              "\"latency_us\": {\"p50\": %" PRIu64 ", \"p99\": %" PRIu64
-              ", \"p99_9\": %" PRIu64 "}, \"cpu_s_per_gib\": %.3f",
-              first ? "" : ",", jobs[i].name, jobs[i].write ? "write" : "read",
-              jobs[i].random ? "random" : "sequential", jobs[i].bs,
-              jobs[i].depth, modes[m], r->secs, r->ops, r->bytes, mbps (r),
-              iops (r), r->p50, r->p99, r->p999, cpu_per_gib (r));
-      if (m > 0 && res[i][0].done && figure (&jobs[i], &res[i][0]) > 0)
-        printf (", \"ratio_to_plain\": %.3f",
-                figure (&jobs[i], r) / figure (&jobs[i], &res[i][0]));
-      printf ("}");
-      first = false;
-    }
-  printf ("\n  ]\n}\n");
-}
-
-/* One bar chart: a group of bars (one per mode) per job. */
-static void
-svg_chart (FILE *f, double y0, const char *title, const struct job *jobs,
-           unsigned njobs, unsigned nmodes, struct result res[][MAX_MODES],
-           bool latency)
-{
-  static const char *const colour[MAX_MODES]
-      = { "#4e79a7", "#f28e2b", "#59a14f" };
-  const double left = 70, width = 860, height = 220;
-  double max = 0, group = width / (njobs ? njobs : 1);
-  double bar = (group - 16) / (nmodes ? nmodes : 1);
-
-  for (unsigned i = 0; i < njobs; i++)
-    for (unsigned m = 0; m < nmodes; m++) {
-      double v
-          = latency ? (double) res[i][m].p99 : figure (&jobs[i], &res[i][m]);
-
-      if (res[i][m].done && v > max)
-        max = v;
-    }
-  if (max <= 0)
-    max = 1;
-  fprintf (f,
-           "<text x=\"%.0f\" y=\"%.0f\" font-size=\"15\" "
-           "font-weight=\"bold\">%s</text>\n",
-           left, y0 + 18, title);
-  fprintf (f,
-           "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
-           "stroke=\"#333\"/>\n",
-           left, y0 + 30 + height, left + width, y0 + 30 + height);
-  for (unsigned i = 0; i < njobs; i++) {
-    double gx = left + i * group + 8;
-
-    for (unsigned m = 0; m < nmodes; m++) {
-      const struct result *r = &res[i][m];
-      double v, h;
-
-      if (!r->done)
-        continue;
-      v = latency ? (double) r->p99 : figure (&jobs[i], r);
-      h = v / max * height;
-      fprintf (f,
-               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-               "fill=\"%s\"><title>%s: %.0f</title></rect>\n",
-               gx + m * bar, y0 + 30 + height - h, bar - 2, h, colour[m],
-               jobs[i].label, v);
-      fprintf (f,
-               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" "
-               "text-anchor=\"middle\">%.0f</text>\n",
-               gx + m * bar + (bar - 2) / 2, y0 + 26 + height - h, v);
-    }
-    fprintf (f,
-             "<text x=\"%.1f\" y=\"%.0f\" font-size=\"10\" "
-             "text-anchor=\"middle\">%s</text>\n",
-             gx + (group - 16) / 2, y0 + 46 + height, jobs[i].label);
-    fprintf (f,
-             "<text x=\"%.1f\" y=\"%.0f\" font-size=\"9\" "
-             "text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
-             gx + (group - 16) / 2, y0 + 58 + height,
-             latency              ? "p99 latency, us"
-                 : jobs[i].random ? "IOPS"
-                                  : "MB/s");
-  }
-}
-
-static int
-write_svg (const char *path, const char *lun, const struct job *jobs,
-           unsigned njobs, const char *const *modes, unsigned nmodes,
-           struct result res[][MAX_MODES])
-{
-  static const char *const colour[MAX_MODES]
-      = { "#4e79a7", "#f28e2b", "#59a14f" };
-  FILE *f = fopen (path, "w");
-
-  if (f == NULL) {
-    lg_error ("%s: %m", path);
-    return -1;
-  }
-  fprintf (f,
-           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" "
-           "height=\"640\" viewBox=\"0 0 1000 640\" "
-           "font-family=\"sans-serif\">\n"
-           "<rect width=\"1000\" height=\"640\" fill=\"white\"/>\n"
-           "<text x=\"70\" y=\"24\" font-size=\"13\">lungate bench: ");
-  for (const char *s = lun; *s; s++)
-    if (*s == '<')
-      fputs ("&lt;", f);
-    else if (*s == '&')
-      fputs ("&amp;", f);
-    else
-      fputc (*s, f);
-  fprintf (f, "</text>\n");
-  for (unsigned m = 0; m < nmodes; m++)
-    fprintf (
-        f,
-        "<rect x=\"%u\" y=\"34\" width=\"12\" height=\"12\" "
-        "fill=\"%s\"/><text x=\"%u\" y=\"45\" font-size=\"12\">%s</text>\n",
-        70 + m * 90, colour[m], 86 + m * 90, modes[m]);
-  svg_chart (f, 50, "Throughput (MB/s sequential, IOPS random)", jobs, njobs,
-             nmodes, res, false);
-  svg_chart (f, 340, "Latency (p99, microseconds)", jobs, njobs, nmodes, res,
-             true);
-  fprintf (f, "</svg>\n");
-  if (fclose (f) != 0) {
-    lg_error ("%s: %m", path);
-    return -1;
-  }
-  return 0;
-}
-
 static int
 parse_depths (const char *s, unsigned *d, unsigned *n)
 {
@@ -552,8 +336,111 @@ size_label (uint32_t bs, char *buf, size_t len)
     snprintf (buf, len, "%" PRIu32, bs);
 }
 
-int
-lg_cmd_bench (int argc, char **argv)
+/* What the command line asks for. */
+struct bench_args {
+  struct lg_login login;
+  struct lg_url u;
+  const char *modes[MAX_MODES];
+  int mode_ids[MAX_MODES];
+  unsigned nmodes, depths[MAX_DEPTHS], ndepths;
+  uint64_t seq_bs, rand_bs, size;
+  double secs;
+  bool write, force, json;
+  const char *svg;
+  unsigned connections;
+};
+
+/* --crypt MODE[,MODE]: 0, or -1 (said why). */
+static int
+parse_crypt (struct bench_args *a, const char *arg)
+{
+  char *list = strdup (arg), *save = NULL;
+  int r = 0;
+
+  if (list == NULL)
+    return -1;
+  for (char *t = strtok_r (list, ",", &save); t && r == 0;
+       t = strtok_r (NULL, ",", &save)) {
+    int id = strcmp (t, "aead") == 0 ? LG_MODE_AEAD
+        : strcmp (t, "mac") == 0     ? LG_MODE_MAC
+                                     : -1;
+    bool dup = false;
+
+    for (unsigned m = 1; m < a->nmodes; m++)
+      dup |= a->mode_ids[m] == id;
+    if (id < 0 || a->nmodes == MAX_MODES) {
+      lg_error ("--crypt: '%s': want aead, mac or both", arg);
+      r = -1;
+    }
+    else if (!dup) {
+      a->mode_ids[a->nmodes] = id;
+      a->modes[a->nmodes++] = id == LG_MODE_AEAD ? "aead" : "mac";
+    }
+  }
+  free (list);
+  return r;
+}
+
+/* An option with a value: 0, or -1 (said why). */
+static int
+bench_value (struct bench_args *a, int c, const char *arg)
+{
+  char *end;
+  uint64_t v;
+  long n;
+
+  switch (c) {
+  case OPT_TIME:
+    a->secs = strtod (arg, &end);
+    if (end == arg || *end || !(a->secs >= 0.5 && a->secs <= 3600)) {
+      lg_error ("--time: '%s': want seconds from 0.5 to 3600", arg);
+      return -1;
+    }
+    return 0;
+  case OPT_SEQ_BS:
+  case OPT_RAND_BS:
+  case OPT_SIZE:
+    if (lg_parse_size (arg, &v) < 0 || v == 0
+        || (c != OPT_SIZE && (v > (16u << 20) || v % 512 != 0))) {
+      lg_error ("%s: '%s' is not a valid size",
+                c == OPT_SIZE         ? "--size"
+                    : c == OPT_SEQ_BS ? "--seq-bs"
+                                      : "--rand-bs",
+                arg);
+      return -1;
+    }
+    *(c == OPT_SIZE         ? &a->size
+          : c == OPT_SEQ_BS ? &a->seq_bs
+                            : &a->rand_bs)
+        = v;
+    return 0;
+  case OPT_DEPTHS:
+    if (parse_depths (arg, a->depths, &a->ndepths) < 0) {
+      lg_error ("--depths: '%s': want up to %d numbers from 1 to 256, "
+                "separated by commas",
+                arg, MAX_DEPTHS);
+      return -1;
+    }
+    return 0;
+  case OPT_CRYPT:
+    return parse_crypt (a, arg);
+  case OPT_CONNECTIONS:
+    if (lg_parse_long (arg, 10, 1, 64, &n) < 0) {
+      lg_error ("--connections: '%s': want 1 to 64", arg);
+      return -1;
+    }
+    a->connections = (unsigned) n;
+    return 0;
+  case OPT_SVG:
+    a->svg = arg;
+    return 0;
+  }
+  return -1;
+}
+
+/* The options and the LUN: -1 to go on, else the exit status. */
+static int
+parse_args (int argc, char **argv, struct bench_args *a)
 {
   static const struct option opts[] = {
     LG_LOGIN_OPTIONS,
@@ -572,171 +459,102 @@ lg_cmd_bench (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  static struct result res[MAX_JOBS][MAX_MODES];
-  struct lg_login login;
-  struct lg_url u = { 0 };
-  struct lg_dev *raw = NULL;
-  struct job jobs[MAX_JOBS];
-  const char *modes[MAX_MODES] = { "plain" };
-  int mode_ids[MAX_MODES] = { 0 };
-  unsigned nmodes = 1, njobs = 0, depths[MAX_DEPTHS] = { 1, 32 }, ndepths = 2;
-  uint64_t seq_bs = 128 * 1024, rand_bs = 4096, size = UINT64_C (1) << 30;
-  double secs = 5;
-  bool write = false, force = false, json = false;
-  const char *svg = NULL;
-  unsigned connections = 4;
-  int c, status = LG_EXIT_FAIL;
+  int c, status;
 
-  if (lg_login_init (&login) < 0)
-    return LG_EXIT_FAIL;
   while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, NULL, c, optarg);
+    int r = lg_cmd_option (&a->login, NULL, c, optarg);
 
     if (r < 0)
-      goto out;
+      return LG_EXIT_FAIL;
     if (r > 0)
       continue;
     switch (c) {
-    case OPT_TIME: {
-      char *end;
-
-      secs = strtod (optarg, &end);
-      if (end == optarg || *end || !(secs >= 0.5 && secs <= 3600)) {
-        lg_error ("--time: '%s': want seconds from 0.5 to 3600", optarg);
-        goto out;
-      }
-      break;
-    }
+    case OPT_TIME:
     case OPT_SEQ_BS:
     case OPT_RAND_BS:
-    case OPT_SIZE: {
-      uint64_t v;
-
-      if (lg_parse_size (optarg, &v) < 0 || v == 0
-          || (c != OPT_SIZE && (v > (16u << 20) || v % 512 != 0))) {
-        lg_error ("%s: '%s' is not a valid size",
-                  c == OPT_SIZE         ? "--size"
-                      : c == OPT_SEQ_BS ? "--seq-bs"
-                                        : "--rand-bs",
-                  optarg);
-        goto out;
-      }
-      *(c == OPT_SIZE ? &size : c == OPT_SEQ_BS ? &seq_bs : &rand_bs) = v;
-      break;
-    }
+    case OPT_SIZE:
     case OPT_DEPTHS:
-      if (parse_depths (optarg, depths, &ndepths) < 0) {
-        lg_error ("--depths: '%s': want up to %d numbers from 1 to 256, "
-                  "separated by commas",
-                  optarg, MAX_DEPTHS);
-        goto out;
-      }
+    case OPT_CRYPT:
+    case OPT_CONNECTIONS:
+    case OPT_SVG:
+      if (bench_value (a, c, optarg) < 0)
+        return LG_EXIT_FAIL;
       break;
     case OPT_WRITE:
-      write = true;
+      a->write = true;
       break;
     case OPT_FORCE:
-      force = true;
+      a->force = true;
       break;
-    case OPT_CRYPT: {
-      char *list = strdup (optarg), *save = NULL;
-
-      if (list == NULL)
-        goto out;
-      for (char *t = strtok_r (list, ",", &save); t;
-           t = strtok_r (NULL, ",", &save)) {
-        int id = strcmp (t, "aead") == 0 ? LG_MODE_AEAD
-            : strcmp (t, "mac") == 0     ? LG_MODE_MAC
-                                         : -1;
-        bool dup = false;
-
-        for (unsigned m = 1; m < nmodes; m++)
-          dup |= mode_ids[m] == id;
-        if (id < 0 || nmodes == MAX_MODES) {
-          lg_error ("--crypt: '%s': want aead, mac or both", optarg);
-          free (list);
-          goto out;
-        }
-        if (!dup) {
-          mode_ids[nmodes] = id;
-          modes[nmodes++] = id == LG_MODE_AEAD ? "aead" : "mac";
-        }
-      }
-      free (list);
-      break;
-    }
-    case OPT_CONNECTIONS: {
-      long v;
-
-      if (lg_parse_long (optarg, 10, 1, 64, &v) < 0) {
-        lg_error ("--connections: '%s': want 1 to 64", optarg);
-        goto out;
-      }
-      connections = (unsigned) v;
-      break;
-    }
     case OPT_JSON:
-      json = true;
-      break;
-    case OPT_SVG:
-      svg = optarg;
+      a->json = true;
       break;
     case 'h':
       printf ("%s%s", usage, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
+      return LG_EXIT_OK;
     default:
-      status = lg_usage_error ("bench", "unknown option");
-      goto out;
+      return lg_usage_error ("bench", "unknown option");
     }
   }
   if ((status = lg_cmd_positionals ("bench", argc, argv, 1, "a LUN URL")) != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  if (nmodes > 1 && !write) {
-    status = lg_usage_error ("bench",
-                             "--crypt writes a throw-away volume "
-                             "over the LUN: add --write");
-    goto out;
-  }
-  if ((status = lg_cmd_prepare_lun ("bench", argv[optind], &u, &login, NULL))
+    return status;
+  if (a->nmodes > 1 && !a->write)
+    return lg_usage_error ("bench",
+                           "--crypt writes a throw-away volume "
+                           "over the LUN: add --write");
+  if ((status
+       = lg_cmd_prepare_lun ("bench", argv[optind], &a->u, &a->login, NULL))
       != 0)
-    goto out;
-  status = LG_EXIT_FAIL;
-  raw = lg_cmd_open_lun (&u, &login, connections, !write);
-  if (raw == NULL)
-    goto out;
-  if (write && raw->read_only) {
+    return status;
+  return -1;
+}
+
+/* With --write: the LUN may be written (not read-only; no signature of
+ * data unless --force).  0, or -1 (said why). */
+static int
+check_writable (struct lg_dev *raw, const struct bench_args *a)
+{
+  static uint8_t head[128 * 1024];
+  size_t n = raw->size < sizeof head ? (size_t) raw->size : sizeof head;
+  const char *what;
+
+  if (!a->write)
+    return 0;
+  if (raw->read_only) {
     lg_error ("%s: the LUN is read-only: cannot run write workloads",
               raw->name);
-    goto out;
+    return -1;
   }
-  if (write && !force) {
-    static uint8_t head[128 * 1024];
-    size_t n = raw->size < sizeof head ? (size_t) raw->size : sizeof head;
-    const char *what;
-
-    if (lg_dev_pread (raw, head, n, 0) < 0)
-      goto out;
-    if ((what = signature (head, n)) != NULL) {
-      lg_error ("%s: the LUN holds %s: --write would destroy it; use "
-                "--force to run anyway",
-                raw->name, what);
-      goto out;
-    }
+  if (a->force)
+    return 0;
+  if (lg_dev_pread (raw, head, n, 0) < 0)
+    return -1;
+  if ((what = signature (head, n)) != NULL) {
+    lg_error ("%s: the LUN holds %s: --write would destroy it; use "
+              "--force to run anyway",
+              raw->name, what);
+    return -1;
   }
+  return 0;
+}
 
-  /* The matrix. */
-  for (int w = 0; w < (write ? 2 : 1); w++)
+/* The matrix of workloads: its size, or -1 (said why). */
+static int
+make_jobs (const struct lg_dev *raw, const struct bench_args *a,
+           struct job jobs[MAX_JOBS])
+{
+  unsigned njobs = 0;
+
+  for (int w = 0; w < (a->write ? 2 : 1); w++)
     for (int rnd = 0; rnd < 2; rnd++)
-      for (unsigned k = 0; k < ndepths; k++) {
+      for (unsigned k = 0; k < a->ndepths; k++) {
         struct job *j = &jobs[njobs++];
         char bs[16];
 
         j->write = w;
         j->random = rnd;
-        j->bs = (uint32_t) (rnd ? rand_bs : seq_bs);
-        j->depth = depths[k];
+        j->bs = (uint32_t) (rnd ? a->rand_bs : a->seq_bs);
+        j->depth = a->depths[k];
         size_label (j->bs, bs, sizeof bs);
         snprintf (j->name, sizeof j->name, "%s%s-%s-qd%u", rnd ? "rand" : "seq",
                   w ? "write" : "read", bs, j->depth);
@@ -746,60 +564,105 @@ lg_cmd_bench (int argc, char **argv)
           lg_error ("%s: block size %" PRIu32 " is not a multiple of the "
                     "LUN's %" PRIu32 " bytes",
                     raw->name, j->bs, raw->block_size);
-          goto out;
+          return -1;
         }
       }
+  return (int) njobs;
+}
 
+/* Every job in mode m (0: plain; else through a throw-away volume of
+ * that mode): 0, or -1 (said why). */
+static int
+run_mode (struct lg_dev *raw, const struct bench_args *a, unsigned m,
+          const struct job *jobs, unsigned njobs,
+          struct result res[][MAX_MODES])
+{
+  const char *name = a->modes[m];
+  int id = a->mode_ids[m];
+  struct lg_dev *d = raw;
+  uint64_t region;
+  char err[512];
+  int r = -1;
+
+  if (m > 0) {
+    d = open_crypt (raw, id, err, sizeof err);
+    if (d == NULL) {
+      lg_error ("%s: %s", raw->name, err);
+      return -1;
+    }
+  }
+  region = a->size < d->size ? a->size : d->size;
+  region -= region % a->seq_bs;
+  if (region < a->seq_bs || region < a->rand_bs) {
+    lg_error ("%s: the LUN is smaller than one request", d->name);
+    goto out;
+  }
+  if (m > 0 && fill (d, region, name) < 0) {
+    lg_error ("%s: writing the %s volume: %m", raw->name, name);
+    goto out;
+  }
+  for (unsigned i = 0; i < njobs; i++)
+    if (run_job (d, &jobs[i], name, region, a->secs, &res[i][m]) < 0)
+      goto out;
+  r = 0;
+
+out:
+  if (d != raw)
+    lg_dev_close (d);
+  return r;
+}
+
+int
+lg_cmd_bench (int argc, char **argv)
+{
+  static struct result res[MAX_JOBS][MAX_MODES];
+  struct bench_args a = {
+    .modes = { "plain" },
+    .nmodes = 1,
+    .depths = { 1, 32 },
+    .ndepths = 2,
+    .seq_bs = 128 * 1024,
+    .rand_bs = 4096,
+    .size = UINT64_C (1) << 30,
+    .secs = 5,
+    .connections = 4,
+  };
+  struct lg_dev *raw = NULL;
+  struct job jobs[MAX_JOBS];
+  int njobs, status;
+
+  if (lg_login_init (&a.login) < 0)
+    return LG_EXIT_FAIL;
+  if ((status = parse_args (argc, argv, &a)) >= 0)
+    goto out;
+  status = LG_EXIT_FAIL;
+  raw = lg_cmd_open_lun (&a.u, &a.login, a.connections, !a.write);
+  if (raw == NULL || check_writable (raw, &a) < 0
+      || (njobs = make_jobs (raw, &a, jobs)) < 0)
+    goto out;
   progress_on
-      = !json && isatty (STDERR_FILENO) && lg_log_get_level () >= LG_LOG_WARN;
-  for (unsigned m = 0; m < nmodes; m++) {
-    struct lg_dev *d = raw;
-    uint64_t region;
-    char err[512];
-
-    if (m > 0) {
-      d = open_crypt (raw, mode_ids[m], err, sizeof err);
-      if (d == NULL) {
-        lg_error ("%s: %s", raw->name, err);
-        goto out;
-      }
-    }
-    region = size < d->size ? size : d->size;
-    region -= region % seq_bs;
-    if (region < seq_bs || region < rand_bs) {
-      lg_error ("%s: the LUN is smaller than one request", d->name);
-      if (d != raw)
-        lg_dev_close (d);
+      = !a.json && isatty (STDERR_FILENO) && lg_log_get_level () >= LG_LOG_WARN;
+  for (unsigned m = 0; m < a.nmodes; m++) {
+    if (run_mode (raw, &a, m, jobs, (unsigned) njobs, res) < 0)
       goto out;
-    }
-    if (m > 0 && fill (d, region, modes[m]) < 0) {
-      lg_error ("%s: writing the %s volume: %m", raw->name, modes[m]);
-      lg_dev_close (d);
-      goto out;
-    }
-    for (unsigned i = 0; i < njobs; i++)
-      if (run_job (d, &jobs[i], modes[m], region, secs, &res[i][m]) < 0) {
-        if (d != raw)
-          lg_dev_close (d);
-        goto out;
-      }
-    if (d != raw)
-      lg_dev_close (d);
-    if (m == 0 && !json)
+    if (m == 0 && !a.json)
       lg_debug ("bench: plain done");
   }
-
-  if (json)
-    print_json (raw->name, size, secs, jobs, njobs, modes, nmodes, res);
+  if (a.json)
+    lg_bench_json (raw->name, a.size, a.secs, jobs, (unsigned) njobs, a.modes,
+                   a.nmodes, res);
   else
-    print_table (jobs, njobs, modes, nmodes, res);
-  if (svg && write_svg (svg, raw->name, jobs, njobs, modes, nmodes, res) < 0)
+    lg_bench_table (jobs, (unsigned) njobs, a.modes, a.nmodes, res);
+  if (a.svg
+      && lg_bench_svg (a.svg, raw->name, jobs, (unsigned) njobs, a.modes,
+                       a.nmodes, res)
+          < 0)
     goto out;
   status = LG_EXIT_OK;
 
 out:
   lg_dev_close (raw);
-  lg_url_clear (&u);
-  lg_login_clear (&login);
+  lg_url_clear (&a.u);
+  lg_login_clear (&a.login);
   return status;
 }
