@@ -114,19 +114,8 @@ next_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   int err = 0;
 
-  if (tls_next->can_zero (tls_next) <= NBDKIT_ZERO_NONE) {
-    static const uint8_t z[65536];
-
-    while (count > 0) {
-      size_t n = count < sizeof z ? (size_t) count : sizeof z;
-
-      if (next_pwrite (d, z, n, off, 0) < 0)
-        return -1;
-      off += n;
-      count -= n;
-    }
-    return 0;
-  }
+  if (tls_next->can_zero (tls_next) <= NBDKIT_ZERO_NONE)
+    return lg_dev_write_zeroes (d, count, off, 0);
   while (count > 0) {
     uint32_t n = count < CHUNK ? (uint32_t) count : CHUNK;
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "dev/dev.h"
@@ -226,6 +227,41 @@ lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   if (count == 0)
     return 0;
   return account (d, LG_OP_ZERO, count, 0, d->ops->zero (d, count, off, flags));
+}
+
+int
+lg_dev_write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off,
+                     unsigned flags)
+{
+  size_t chunk = d->max_io ? d->max_io : 1u << 20;
+  uint8_t *zero;
+  int r = 0;
+
+  if (chunk > 4u << 20)
+    chunk = 4u << 20;
+  if (chunk > count)
+    chunk = (size_t) count;
+  if (count == 0)
+    return 0;
+  zero = calloc (1, chunk);
+  if (zero == NULL)
+    return -1;
+  while (count > 0 && r == 0) {
+    size_t n = count < chunk ? (size_t) count : chunk;
+
+    r = d->ops->pwrite (d, zero, n, off, flags & LG_FUA);
+    off += n;
+    count -= n;
+  }
+  if (r < 0) {
+    int saved = errno;
+
+    free (zero);
+    errno = saved;
+    return -1;
+  }
+  free (zero);
+  return 0;
 }
 
 int

@@ -175,6 +175,13 @@ int lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off,
                  unsigned flags);
 int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,
                  unsigned flags);
+
+/* For a device's zero op that has nothing better: writes zeroes over
+ * [off, off+count) with the device's own pwrite op (no statistics: the
+ * zero is counted), in pieces of at most max_io bytes (1 MiB when unset,
+ * 4 MiB at most), each with flags' LG_FUA.  0, or -1 with errno. */
+int lg_dev_write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off,
+                         unsigned flags);
 int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
                     lg_extent_fn *fn, void *opaque);
 void lg_dev_close (struct lg_dev *d);

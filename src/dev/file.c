@@ -19,8 +19,6 @@
 #include "dev/file.h"
 #include "util/log.h"
 
-#define ZERO_CHUNK (1u << 20)
-
 struct fdev {
   struct lg_dev dev;
   int fd;
@@ -85,27 +83,6 @@ fdev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   return (flags & LG_FUA) ? fdev_flush (d) : 0;
 }
 
-static int
-write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off)
-{
-  char *z = calloc (1, ZERO_CHUNK);
-
-  if (z == NULL)
-    return -1;
-  while (count > 0) {
-    size_t n = count < ZERO_CHUNK ? (size_t) count : ZERO_CHUNK;
-
-    if (fdev_pwrite (d, z, n, off, 0) < 0) {
-      free (z);
-      return -1;
-    }
-    off += n;
-    count -= n;
-  }
-  free (z);
-  return 0;
-}
-
 /* Punching a hole reads back zeroes in a file; ZERO_RANGE keeps the
  * blocks.  Either may be missing: then zeroes are written. */
 static int
@@ -121,7 +98,7 @@ fdev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     errno = ENOTSUP;
     return -1;
   }
-  if (write_zeroes (d, count, off) < 0)
+  if (lg_dev_write_zeroes (d, count, off, 0) < 0)
     return -1;
   return (flags & LG_FUA) ? fdev_flush (d) : 0;
 }

@@ -1200,34 +1200,6 @@ idev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
 }
 
 static int
-write_zeroes (struct idev *x, uint64_t count, uint64_t off, unsigned flags)
-{
-  size_t chunk = x->dev.max_io;
-  uint8_t *zero;
-
-  if (chunk > count)
-    chunk = (size_t) count;
-  zero = calloc (1, chunk);
-  if (zero == NULL)
-    return -1;
-  while (count > 0) {
-    size_t n = count < chunk ? (size_t) count : chunk;
-
-    if (idev_pwrite (&x->dev, zero, n, off, flags & LG_FUA) < 0) {
-      int saved = errno;
-
-      free (zero);
-      errno = saved;
-      return -1;
-    }
-    off += n;
-    count -= n;
-  }
-  free (zero);
-  return 0;
-}
-
-static int
 idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   struct idev *x = to_idev (d);
@@ -1252,10 +1224,11 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     }
   }
   if (!native || end <= first)
-    return write_zeroes (x, count, off, flags);
+    return lg_dev_write_zeroes (&x->dev, count, off, flags);
 
   /* Unaligned edges by writes, the whole blocks by WRITE SAME. */
-  if (off < first * x->bs && write_zeroes (x, first * x->bs - off, off, 0) < 0)
+  if (off < first * x->bs
+      && lg_dev_write_zeroes (&x->dev, first * x->bs - off, off, 0) < 0)
     return -1;
   mask = span_enter (x, first, end - first);
   r = write_same_blocks (x, first, end - first, unmap);
@@ -1265,11 +1238,14 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   if (r < 0) {
     if (errno != ENOTSUP || (flags & LG_FAST_ZERO))
       return -1;
-    if (write_zeroes (x, (end - first) * x->bs, first * x->bs, 0) < 0)
+    if (lg_dev_write_zeroes (&x->dev, (end - first) * x->bs, first * x->bs, 0)
+        < 0)
       return -1;
   }
   if (off + count > end * x->bs
-      && write_zeroes (x, off + count - end * x->bs, end * x->bs, 0) < 0)
+      && lg_dev_write_zeroes (&x->dev, off + count - end * x->bs, end * x->bs,
+                              0)
+          < 0)
     return -1;
   return (flags & LG_FUA) ? idev_flush (d) : 0;
 }

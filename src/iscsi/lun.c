@@ -12,6 +12,7 @@
 
 #include "iscsi/lun.h"
 #include "util/log.h"
+#include "util/bytes.h"
 
 static const char *
 type_name (int t)
@@ -69,35 +70,6 @@ copy_trim (char *dst, size_t len, const char *src)
  * its list.) */
 #define DATAIN_MIN 260
 
-static uint32_t
-get32 (const unsigned char *p)
-{
-  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
-      | p[3];
-}
-
-static uint16_t
-get16 (const unsigned char *p)
-{
-  return (uint16_t) (p[0] << 8 | p[1]);
-}
-
-static void
-put16 (unsigned char *p, uint16_t v)
-{
-  p[0] = (unsigned char) (v >> 8);
-  p[1] = (unsigned char) v;
-}
-
-static void
-put32 (unsigned char *p, uint32_t v)
-{
-  p[0] = (unsigned char) (v >> 24);
-  p[1] = (unsigned char) (v >> 16);
-  p[2] = (unsigned char) (v >> 8);
-  p[3] = (unsigned char) v;
-}
-
 /* The bytes of whole descriptors in a VPD 0x83 page of n bytes: the walk
  * stops at the first descriptor whose header or designator does not fit
  * in the page length or in what arrived. */
@@ -108,7 +80,7 @@ desig_fit (const unsigned char *d, uint32_t n)
 
   if (n < 4)
     return 0;
-  end = 4 + get16 (d + 2);
+  end = 4 + lg_be16 (d + 2);
   if (end > n)
     end = n;
   while (p + 4 <= end && p + 4 + d[p + 3] <= end)
@@ -131,13 +103,13 @@ clamp_lengths (struct scsi_task *task, uint32_t n)
 
   switch (task->cdb[0]) {
   case SCSI_OPCODE_REPORTLUNS: /* list length, then 8 bytes per LUN */
-    if (get32 (d) > (n >= 8 ? (n - 8) & ~7u : 0))
-      put32 (d, n >= 8 ? (n - 8) & ~7u : 0);
+    if (lg_be32 (d) > (n >= 8 ? (n - 8) & ~7u : 0))
+      lg_put_be32 (d, n >= 8 ? (n - 8) & ~7u : 0);
     break;
   case SCSI_OPCODE_SERVICE_ACTION_IN: /* GET LBA STATUS: 16 per descriptor */
     if ((task->cdb[1] & 0x1f) == SCSI_GET_LBA_STATUS
-        && get32 (d) > (n >= 8 ? 4 + (n - 8) / 16 * 16 : 0))
-      put32 (d, n >= 8 ? 4 + (n - 8) / 16 * 16 : 0);
+        && lg_be32 (d) > (n >= 8 ? 4 + (n - 8) / 16 * 16 : 0))
+      lg_put_be32 (d, n >= 8 ? 4 + (n - 8) / 16 * 16 : 0);
     break;
   case SCSI_OPCODE_INQUIRY:
     if (!(task->cdb[1] & 1))
@@ -150,7 +122,7 @@ clamp_lengths (struct scsi_task *task, uint32_t n)
       d[3] = (unsigned char) (n >= 4 ? n - 4 : 0);
     /* Device identification: a 16-bit length, then descriptors. */
     if (task->cdb[2] == SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION)
-      put16 (d + 2, desig_fit (d, n));
+      lg_put_be16 (d + 2, desig_fit (d, n));
     break;
   default:
     break;
@@ -232,7 +204,7 @@ lg_vpd_desig_parse (const uint8_t *d, size_t n, struct lg_lun_ident *id)
 
   if (d == NULL || n < 4 || d[1] != SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION)
     return -1;
-  end = 4 + (size_t) get16 (d + 2);
+  end = 4 + (size_t) lg_be16 (d + 2);
   if (end > n)
     end = n;
   id->desig_name[0] = '\0';

@@ -18,6 +18,7 @@
 #include "iscsi/pr.h"
 #include "util/fmt.h"
 #include "util/hooks.h"
+#include "util/bytes.h"
 
 #define KEY_MAGIC 0x4cull
 #define EPOCH_2024 1704067200ull /* 2024-01-01 UTC */
@@ -66,19 +67,6 @@ lg_pr_my_key (void)
   return my_key;
 }
 
-static uint32_t
-be32 (const uint8_t *p)
-{
-  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
-      | p[3];
-}
-
-static uint64_t
-be64 (const uint8_t *p)
-{
-  return (uint64_t) be32 (p) << 32 | be32 (p + 4);
-}
-
 int
 lg_pr_parse_reservation (const uint8_t *d, size_t n, struct lg_pr_state *st)
 {
@@ -86,8 +74,8 @@ lg_pr_parse_reservation (const uint8_t *d, size_t n, struct lg_pr_state *st)
 
   if (n < 8)
     return -1;
-  st->generation = be32 (d);
-  add = be32 (d + 4);
+  st->generation = lg_be32 (d);
+  add = lg_be32 (d + 4);
   st->reserved = false;
   st->holder = 0;
   st->type = 0;
@@ -96,7 +84,7 @@ lg_pr_parse_reservation (const uint8_t *d, size_t n, struct lg_pr_state *st)
   if (add < 16 || n < 24)
     return -1;
   st->reserved = true;
-  st->holder = be64 (d + 8);
+  st->holder = lg_be64 (d + 8);
   st->type = d[21] & 0x0f;
   return 0;
 }
@@ -108,13 +96,13 @@ lg_pr_parse_keys (const uint8_t *d, size_t n, struct lg_pr_state *st)
 
   if (n < 8)
     return -1;
-  add = be32 (d + 4);
+  add = lg_be32 (d + 4);
   if (add % 8)
     return -1;
   st->nkeys = 0;
   for (size_t off = 8; off + 8 <= n && off - 8 < add; off += 8)
     if (st->nkeys < LG_PR_MAX_KEYS)
-      st->keys[st->nkeys++] = be64 (d + off);
+      st->keys[st->nkeys++] = lg_be64 (d + off);
   return 0;
 }
 
@@ -321,11 +309,11 @@ lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name, size_t namelen,
 
   if (n < 8)
     return -1;
-  add = be32 (d + 4);
+  add = lg_be32 (d + 4);
   if (add < n - 8)
     n = add + 8;
   for (off = 8; off + 24 <= n;) {
-    size_t tlen = be32 (d + off + 20);
+    size_t tlen = lg_be32 (d + off + 20);
 
     if (tlen > n - off - 24)
       return -1;

@@ -21,6 +21,7 @@
 
 #include "iscsi/relay.h"
 #include "iscsi/sense.h"
+#include "util/bytes.h"
 
 #define BUF_CAP (1u << 20) /* each way: a PDU held whole must fit */
 #define TASKS 8192         /* a power of 2 */
@@ -76,25 +77,6 @@ struct lg_relay {
   char err[256];
   char tname[128]; /* task_name's */
 };
-
-static uint32_t
-be32 (const unsigned char *p)
-{
-  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 | (uint32_t) p[2] << 8
-      | p[3];
-}
-
-static uint64_t
-be64 (const unsigned char *p)
-{
-  return (uint64_t) be32 (p) << 32 | be32 (p + 4);
-}
-
-static uint32_t
-be24 (const unsigned char *p)
-{
-  return (uint32_t) p[0] << 16 | (uint32_t) p[1] << 8 | p[2];
-}
 
 static int
 fail (struct lg_relay *r, bool broke, const char *fmt, ...)
@@ -224,14 +206,14 @@ note_cdb (struct task *t, const unsigned char *h)
   switch (cdb[0]) {
   case 0x28: /* READ(10) */
   case 0x2a: /* WRITE(10) */
-    t->lba = be32 (cdb + 2);
+    t->lba = lg_be32 (cdb + 2);
     t->blocks = (uint32_t) cdb[7] << 8 | cdb[8];
     break;
   case 0x88: /* READ(16) */
   case 0x8a: /* WRITE(16) */
   case 0x89: /* COMPARE AND WRITE */
-    t->lba = be64 (cdb + 2);
-    t->blocks = cdb[0] == 0x89 ? cdb[13] : be32 (cdb + 10);
+    t->lba = lg_be64 (cdb + 2);
+    t->blocks = cdb[0] == 0x89 ? cdb[13] : lg_be32 (cdb + 10);
     break;
   default:
     break;
@@ -267,7 +249,7 @@ static void
 note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
           size_t n)
 {
-  uint32_t itt = be32 (h + 16);
+  uint32_t itt = lg_be32 (h + 16);
   struct task *t;
 
   switch (h[0] & 0x3f) {
@@ -275,15 +257,15 @@ note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
     if ((t = insert (r, itt, K_SCSI)) != NULL) {
       t->r = (h[1] & 0x40) != 0;
       t->w = (h[1] & 0x20) != 0;
-      t->edtl = be32 (h + 20);
+      t->edtl = lg_be32 (h + 20);
       t->r2t_next = (uint32_t) h[5] << 16 | (uint32_t) h[6] << 8 | h[7];
       note_cdb (t, h);
     }
     break;
   case 0x05: /* SCSI Data-Out, unsolicited (no target transfer tag) */
-    if (be32 (h + 20) == 0xffffffff && (t = find (r, itt)) != NULL
+    if (lg_be32 (h + 20) == 0xffffffff && (t = find (r, itt)) != NULL
         && t->kind == K_SCSI) {
-      uint64_t end = (uint64_t) be32 (h + 40)
+      uint64_t end = (uint64_t) lg_be32 (h + 40)
           + ((uint32_t) h[5] << 16 | (uint32_t) h[6] << 8 | h[7]);
 
       if (end > t->r2t_next && end <= UINT32_MAX)
@@ -296,7 +278,7 @@ note_out (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
     break;
   case 0x02: /* Task Management Function */
     if ((t = insert (r, itt, K_TMF)) != NULL && (h[1] & 0x7f) == 1)
-      t->rtt = be32 (h + 20);
+      t->rtt = lg_be32 (h + 20);
     break;
   case 0x03:
     insert (r, itt, K_LOGIN);
@@ -321,7 +303,7 @@ check_coverage (struct lg_relay *r, const struct task *t,
                 const unsigned char *h, bool in_datain)
 {
   bool under = (h[1] & 0x02) != 0;
-  uint32_t resid = be32 (h + 44), missing = t->edtl - t->got;
+  uint32_t resid = lg_be32 (h + 44), missing = t->edtl - t->got;
 
   if (!t->r || h[3] != 0 || (!in_datain && h[2] != 0))
     return 0;
@@ -341,7 +323,7 @@ check_coverage (struct lg_relay *r, const struct task *t,
 static int
 check_datain (struct lg_relay *r, const unsigned char *h, uint32_t dsl)
 {
-  uint32_t itt = be32 (h + 16), off = be32 (h + 40);
+  uint32_t itt = lg_be32 (h + 16), off = lg_be32 (h + 40);
   struct task *t = find (r, itt);
   int rc = 0;
 
@@ -404,7 +386,7 @@ static int
 check_response (struct lg_relay *r, const unsigned char *h,
                 const unsigned char *d, uint32_t dsl)
 {
-  uint32_t itt = be32 (h + 16);
+  uint32_t itt = lg_be32 (h + 16);
   struct task *t = find (r, itt);
   int rc;
 
@@ -420,7 +402,8 @@ check_response (struct lg_relay *r, const unsigned char *h,
 static int
 check_r2t (struct lg_relay *r, const unsigned char *h)
 {
-  uint32_t itt = be32 (h + 16), off = be32 (h + 40), len = be32 (h + 44);
+  uint32_t itt = lg_be32 (h + 16), off = lg_be32 (h + 40),
+           len = lg_be32 (h + 44);
   struct task *t = find (r, itt);
 
   if (t == NULL || t->kind != K_SCSI || !t->w)
@@ -445,7 +428,7 @@ check_r2t (struct lg_relay *r, const unsigned char *h)
 static int
 check_nopin (struct lg_relay *r, const unsigned char *h)
 {
-  uint32_t itt = be32 (h + 16);
+  uint32_t itt = lg_be32 (h + 16);
   struct task *t;
   struct timespec ts;
 
@@ -472,7 +455,7 @@ static int
 check_login (struct lg_relay *r, const unsigned char *h, const unsigned char *d,
              uint32_t dsl)
 {
-  struct task *t = find (r, be32 (h + 16));
+  struct task *t = find (r, lg_be32 (h + 16));
   uint32_t v;
   char val[32];
 
@@ -507,7 +490,7 @@ static int
 check_simple (struct lg_relay *r, const unsigned char *h, enum kind k,
               const char *what)
 {
-  uint32_t itt = be32 (h + 16);
+  uint32_t itt = lg_be32 (h + 16);
   struct task *t = find (r, itt);
 
   if (t == NULL || t->kind != k)
@@ -551,8 +534,8 @@ note_window (struct lg_relay *r, const unsigned char *h)
 
   if (!r->ff || op == 0x3f || op == 0x23)
     return;
-  r->exp_cmdsn = be32 (h + 28);
-  r->max_cmdsn = be32 (h + 32);
+  r->exp_cmdsn = lg_be32 (h + 28);
+  r->max_cmdsn = lg_be32 (h + 32);
   if ((int32_t) (r->max_cmdsn - r->exp_cmdsn) < 0) {
     if (r->shut_since == 0)
       r->shut_since = now_s ();
@@ -592,7 +575,7 @@ check_window (struct lg_relay *r)
 int
 lg_relay_check_in (struct lg_relay *r, const unsigned char *h, size_t len)
 {
-  uint32_t dsl = be24 (h + 5), limit = r->ff ? r->my_mrdsl : LOGIN_MRDSL;
+  uint32_t dsl = lg_be24 (h + 5), limit = r->ff ? r->my_mrdsl : LOGIN_MRDSL;
   const unsigned char *d = h + BHS + r->hd;
   uint32_t have = len >= BHS + r->hd ? (uint32_t) (len - BHS - r->hd) : 0;
   struct timespec ts;
@@ -656,7 +639,7 @@ held_whole (bool inbound, const unsigned char *h)
 static size_t
 pdu_size (const struct lg_relay *r, const unsigned char *h)
 {
-  uint32_t dsl = be24 (h + 5);
+  uint32_t dsl = lg_be24 (h + 5);
   size_t data = dsl ? ((size_t) dsl + 3) / 4 * 4 + r->dd : 0;
 
   return BHS + (size_t) h[4] * 4 + r->hd + data;
@@ -669,7 +652,7 @@ pdu_size (const struct lg_relay *r, const unsigned char *h)
 static void
 zero_login_padding (const struct lg_relay *r, unsigned char *h)
 {
-  uint32_t dsl = be24 (h + 5);
+  uint32_t dsl = lg_be24 (h + 5);
   size_t at = BHS + (size_t) h[4] * 4 + r->hd + dsl;
 
   if ((h[0] & 0x3f) == 0x23 && !r->ff && dsl % 4)
@@ -701,7 +684,7 @@ parse (struct lg_relay *r, struct side *s, bool inbound)
       if (avail < size)
         break;
       if (inbound ? lg_relay_check_in (r, h, size) < 0
-                  : (note_out (r, h, h + BHS + r->hd, be24 (h + 5)), 0))
+                  : (note_out (r, h, h + BHS + r->hd, lg_be24 (h + 5)), 0))
         return -1;
       if (inbound) {
         zero_login_padding (r, s->buf + s->scan);
@@ -851,7 +834,7 @@ lg_relay_new_detached (void)
 void
 lg_relay_note_out (struct lg_relay *r, const unsigned char *hdr, size_t len)
 {
-  uint32_t dsl = be24 (hdr + 5);
+  uint32_t dsl = lg_be24 (hdr + 5);
 
   if (len < BHS)
     return;
