@@ -300,7 +300,7 @@ rewrite ()                  # TEXT: prints the command to run
   c=${c//\/backup\//$W/backup/}
   c=${c//\/srv\//$W/srv/}
   c=${c//.\/_build\/quick\/plugins\/lungate\/.libs\/nbdkit-lungate-plugin.so/$LUNGATE_PLUGIN}
-  c=${c//lungate bench /lungate bench --time 0.5 }
+  c=${c//lungate bench /lungate bench --time 0.5 --size 32M }
   printf '%s\n' "$c"
 }
 
