@@ -31,12 +31,7 @@
 
 #include "common/glue.h"
 #include "dev/dev.h"
-#include "dev/iscsi.h"
-#include "dev/stack.h"
-#include "iscsi/lun.h"
-#include "iscsi/pool.h"
-#include "iscsi/session.h"
-#include "iscsi/url.h"
+#include "dev/open.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -73,7 +68,7 @@ struct export
   bool claimed; /* write access taken (claim_lock) */
   bool noted;   /* a reader was told of another writer (claim_lock) */
 };
-static struct lg_pool *pool;
+static struct lg_tgt *target;
 /* takeover= and shared=: how the first writable connection to an export
  * claims it (lg_dev_claim).  One claim at a time. */
 static unsigned claim_flags;
@@ -254,7 +249,7 @@ watch_shutdown (void *arg)
   while (read (quit_pipe[0], &c, 1) < 0 && errno == EINTR)
     ;
   if (c == 1)
-    lg_pool_abandon (pool, "nbdkit is stopping");
+    lg_target_abandon (target, "nbdkit is stopping");
   return NULL;
 }
 
@@ -310,8 +305,8 @@ shut_down (void)
   nexports = 0;
   free (exports);
   exports = NULL;
-  lg_pool_close (pool);
-  pool = NULL;
+  lg_target_close (target);
+  target = NULL;
 }
 
 static void
@@ -558,61 +553,44 @@ keys (void)
 static int
 lungate_get_ready (void)
 {
-  struct lg_pool *p;
-  struct lg_lun_info li;
+  struct lg_tgt *t;
+  struct lg_dev *d;
   char err[512];
-  int r = 0;
 
   if (lungate_debug_verbose)
     lg_log_set_level (LG_LOG_TRACE);
   arm_stats ();
 
-  p = lg_pool_open (&login, portals, purl.target, 1, err, sizeof err);
-  if (p == NULL) {
+  t = lg_target_open (&login, portals, purl.target, 1, err, sizeof err);
+  if (t == NULL) {
     nbdkit_error ("%s", err);
     return -1;
   }
-  if (purl.kind == LG_URL_LUN) {
-    if (lg_lun_probe (p, purl.lun, &li, err, sizeof err) < 0) {
-      nbdkit_error ("%s", err);
-      r = -1;
-    }
-    else if (!li.is_disk) {
-      nbdkit_error ("%s: LUN %d is a %s, not a disk", purl.target, purl.lun,
-                    li.type_name);
-      r = -1;
-    }
-    else {
-      /* The key, too: a wrong one is an error now, not at first read. */
-      struct lg_dev *d
-          = lg_iscsi_dev_open (p, false, purl.lun, true, err, sizeof err);
-
-      if (d)
-        d = lg_stack_wrap_lun (d, keys (), purl.lun, true, 0, err, sizeof err);
-      if (d == NULL) {
-        nbdkit_error ("%s", err);
-        r = -1;
-      }
-      lg_dev_close (d);
-    }
-  }
-  lg_pool_close (p);
-  return r;
+  /* A LUN URL: the LUN, and the key too: a wrong one is an error now,
+   * not at first read. */
+  d = purl.kind != LG_URL_LUN
+      ? NULL
+      : lg_target_open_lun (t, purl.lun, LG_OPEN_READ_ONLY | LG_OPEN_NAMED,
+                            keys (), 0, NULL, NULL, err, sizeof err);
+  if (purl.kind == LG_URL_LUN && d == NULL)
+    nbdkit_error ("%s", err);
+  lg_dev_close (d);
+  lg_target_close (t);
+  return purl.kind == LG_URL_LUN && d == NULL ? -1 : 0;
 }
 
-/* Stacks the crypt layer on d when the LUN is a lungate volume, and adds
- * the export.  d is consumed either way. */
+/* Opens LUN lun's stack (the crypt layer on it when the LUN is a lungate
+ * volume), and adds the export.  0, or -1 with errno and err set. */
 static int
-add_export (struct lg_dev *d, char *err, size_t errlen)
+add_export (int lun, char *err, size_t errlen)
 {
   struct export *e = &exports[nexports];
 
-  e->info = *lg_iscsi_dev_info (d);
-  e->dev = lg_stack_wrap_lun (d, keys (), e->info.lun, purl.kind == LG_URL_LUN,
-                              md_cache_blocks, err, errlen);
+  e->dev = lg_target_open_lun (
+      target, lun, purl.kind == LG_URL_LUN ? LG_OPEN_NAMED : 0, keys (),
+      md_cache_blocks, &e->info, &e->crypt, err, errlen);
   if (e->dev == NULL)
     return -1;
-  e->crypt = e->dev != d;
   nexports++;
   return 0;
 }
@@ -655,22 +633,15 @@ open_exports (void)
   int *luns = NULL;
   size_t n = 0;
 
-  pool = lg_pool_open (&login, portals, purl.target, connections, err,
-                       sizeof err);
-  if (pool == NULL)
+  target = lg_target_open (&login, portals, purl.target, connections, err,
+                           sizeof err);
+  if (target == NULL)
     return start_failed (err);
   /* Before the LUNs are opened: nbdkit already listens, and a SIGTERM
    * while a target that stopped answering holds the opening would else
    * wait out the whole outage budget. */
   start_watch ();
-  if (purl.kind == LG_URL_LUN) {
-    luns = malloc (sizeof *luns);
-    if (luns == NULL)
-      return start_failed ("out of memory");
-    luns[0] = purl.lun;
-    n = 1;
-  }
-  else if (lg_report_luns (pool, &luns, &n, err, sizeof err) < 0)
+  if (lg_target_luns (target, &purl, &luns, &n, err, sizeof err) < 0)
     return start_failed (err);
   exports = calloc (n ? n : 1, sizeof *exports);
   if (exports == NULL) {
@@ -678,29 +649,18 @@ open_exports (void)
     return start_failed ("out of memory");
   }
   for (size_t i = 0; i < n; i++) {
-    struct lg_dev *d
-        = lg_iscsi_dev_open (pool, false, luns[i], false, err, sizeof err);
-
-    if (d == NULL) {
-      /* A LUN URL must work; in a target, LUNs that are not disks (the
-       * controller at LUN 0) are simply not exported. */
-      if (purl.kind == LG_URL_LUN) {
-        free (luns);
-        return start_failed (err);
-      }
-      if (errno == ENOTBLK)
-        nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
-      else
-        nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
+    if (add_export (luns[i], err, sizeof err) == 0)
       continue;
+    /* A LUN URL must work; in a target, LUNs that are not disks (the
+     * controller at LUN 0) are simply not exported. */
+    if (purl.kind == LG_URL_LUN) {
+      free (luns);
+      return start_failed (err);
     }
-    if (add_export (d, err, sizeof err) < 0) {
-      if (purl.kind == LG_URL_LUN) {
-        free (luns);
-        return start_failed (err);
-      }
+    if (errno == ENOTBLK)
+      nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
+    else
       nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
-    }
   }
   free (luns);
   if (nexports == 0) {

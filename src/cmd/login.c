@@ -15,12 +15,8 @@
 #include "util/fmt.h"
 #include "cmd/cmd.h"
 #include "crypt/crypt.h"
-#include "crypt/owner.h"
 #include "dev/file.h"
-#include "dev/iscsi.h"
-#include "dev/stack.h"
-#include "iscsi/pr.h"
-#include "iscsi/pool.h"
+#include "dev/open.h"
 #include "util/log.h"
 #include "util/secret.h"
 
@@ -272,57 +268,16 @@ lg_cmd_keys_clear (struct lg_cmd_keys *k)
   k->passphrase = NULL;
 }
 
-/* No persistent reservations on the LUN: a volume's owner record (a
- * gateway serving it) refuses the command, unless --takeover and its
- * heartbeat stopped. */
-static int
-owned_by_another (struct lg_dev *d)
-{
-  struct lg_owner_rec r;
-  char who[200];
-  bool stale;
-
-  if (lg_owner_read (d, &r) < 0 || !r.valid || r.key == lg_pr_my_key ())
-    return 0;
-  stale = (uint64_t) time (NULL) >= r.heartbeat + LG_OWNER_STALE_S;
-  if (stale && (lg_cmd_claim_flags & LG_CLAIM_TAKEOVER))
-    return 0;
-  lg_owner_describe (&r, who, sizeof who);
-  lg_error ("%s: in use by %s (owner record)%s; open it read-only, or "
-            "%s",
-            d->name, who, stale ? ": its heartbeat stopped" : "",
-            stale ? "take it over with --takeover if that gateway is gone"
-                  : "stop that gateway first");
-  return -1;
-}
-
 struct lg_dev *
 lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
                  unsigned connections, bool read_only)
 {
   char err[512];
-  int r;
-  struct lg_pool *p;
-  struct lg_dev *d;
+  struct lg_dev *d = lg_lun_open_raw (l, u, connections, read_only,
+                                      lg_cmd_claim_flags, err, sizeof err);
 
-  p = lg_pool_open (l, u->portal, u->target, connections, err, sizeof err);
-  if (p == NULL) {
+  if (d == NULL)
     lg_error ("%s", err);
-    return NULL;
-  }
-  d = lg_iscsi_dev_open (p, true, u->lun, read_only, err, sizeof err);
-  if (d == NULL) {
-    lg_error ("%s", err);
-    lg_pool_close (p);
-    return NULL;
-  }
-  r = lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err);
-  if (r < 0 || (r == 2 && owned_by_another (d) < 0)) {
-    if (r < 0)
-      lg_error ("%s", err);
-    lg_dev_close (d);
-    return NULL;
-  }
   return d;
 }
 

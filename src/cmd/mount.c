@@ -18,11 +18,8 @@
 
 #include "util/fmt.h"
 #include "cmd/cmd.h"
-#include "dev/iscsi.h"
-#include "dev/stack.h"
+#include "dev/open.h"
 #include "fuse/fs.h"
-#include "iscsi/lun.h"
-#include "iscsi/pool.h"
 #include "util/alive.h"
 #include "util/log.h"
 
@@ -89,28 +86,23 @@ struct mount_plan {
   int dirs[MAX_TARGETS]; /* fs directory per target, 0 = root */
   size_t nluns;
   struct plan_lun luns[1024];
-  struct lg_pool *pools[MAX_TARGETS];
+  struct lg_tgt *pools[MAX_TARGETS];
 };
 
-/* Opens LUN lun of pool as what it is: through the crypt layer, with its
- * key from the table, when it holds a lungate header.  With a target or
- * portal URL a plain LUN stays plain even when a key for every volume was
- * given; with a LUN URL a key for a plain LUN is an error. */
+/* Opens LUN lun of target t as what it is: through the crypt layer, with
+ * its key from the table, when it holds a lungate header.  With a target
+ * or portal URL a plain LUN stays plain even when a key for every volume
+ * was given; with a LUN URL a key for a plain LUN is an error.  A plain
+ * LUN's file follows a resize of the LUN. */
 static struct lg_dev *
-open_lun (struct mount_plan *m, struct lg_pool *p, int lun, bool read_only,
+open_lun (struct mount_plan *m, struct lg_tgt *t, int lun, bool read_only,
           char *err, size_t errlen)
 {
-  struct lg_dev *d = lg_iscsi_dev_open (p, false, lun, read_only, err, errlen);
-
-  if (d == NULL)
-    return NULL;
-  d = lg_stack_wrap_lun (d, m->tab, lun, m->u->kind == LG_URL_LUN, 0, err,
-                         errlen);
-  /* A plain LUN's file follows a resize of the LUN; an encrypted one's
-   * size is in its header. */
-  if (d && strcmp (d->ops->name, "iscsi") == 0)
-    d->follow_resize = true;
-  return d;
+  return lg_target_open_lun (
+      t, lun,
+      LG_OPEN_FOLLOW_RESIZE | (read_only ? LG_OPEN_READ_ONLY : 0)
+          | (m->u->kind == LG_URL_LUN ? LG_OPEN_NAMED : 0),
+      m->tab, 0, NULL, NULL, err, errlen);
 }
 
 /* Logs in to every target and lists its disk LUNs, checking the keys of
@@ -149,8 +141,8 @@ make_plan (struct mount_plan *m)
   }
 
   for (size_t t = 0; t < m->ntargets; t++) {
-    struct lg_pool *p = lg_pool_open (m->login, m->u->portal, m->targets[t], 1,
-                                      err, sizeof err);
+    struct lg_tgt *p = lg_target_open (m->login, m->u->portal, m->targets[t], 1,
+                                       err, sizeof err);
     int *luns = NULL;
     size_t n = 0;
 
@@ -164,50 +156,27 @@ make_plan (struct mount_plan *m)
       lg_error ("%s", err);
       return -1;
     }
-    if (m->u->kind == LG_URL_LUN) {
-      luns = malloc (sizeof *luns);
-      if (luns == NULL) {
-        lg_error ("out of memory");
-        lg_pool_close (p);
-        return -1;
-      }
-      luns[0] = m->u->lun;
-      n = 1;
-    }
-    else if (lg_report_luns (p, &luns, &n, err, sizeof err) < 0) {
+    if (lg_target_luns (p, m->u, &luns, &n, err, sizeof err) < 0) {
       lg_error ("%s", err);
-      lg_pool_close (p);
+      lg_target_close (p);
       return -1;
     }
     for (size_t i = 0; i < n && m->nluns < 1024; i++) {
-      struct lg_dev *d
-          = lg_iscsi_dev_open (p, false, luns[i], true, err, sizeof err);
+      struct lg_dev *d = open_lun (m, p, luns[i], true, err, sizeof err);
 
+      if (d == NULL && m->u->kind == LG_URL_LUN) {
+        lg_error ("%s", err);
+        free (luns);
+        lg_target_close (p);
+        return -1;
+      }
+      /* Not a disk (the controller LUN) is no news; a disk that cannot be
+       * served is (issue 27, item 10: a capacity past 2^63 bytes left only
+       * "no disk LUN to mount"); the other LUNs still are mounted. */
       if (d == NULL) {
-        if (m->u->kind == LG_URL_LUN) {
-          lg_error ("%s", err);
-          free (luns);
-          lg_pool_close (p);
-          return -1;
-        }
-        /* Not a disk (the controller LUN) is no news; a disk that cannot
-         * be served is (issue 27, item 10: a capacity past 2^63 bytes
-         * left only "no disk LUN to mount"). */
         if (errno != ENOTBLK)
           lg_error ("not mounting LUN %d: %s", luns[i], err);
         continue;
-      }
-      lg_dev_close (d);
-      d = open_lun (m, p, luns[i], true, err, sizeof err);
-      if (d == NULL && m->u->kind != LG_URL_LUN) {
-        lg_error ("not mounting LUN %d: %s", luns[i], err);
-        continue; /* the other LUNs still are */
-      }
-      if (d == NULL) {
-        lg_error ("%s", err);
-        free (luns);
-        lg_pool_close (p);
-        return -1;
       }
       lg_dev_close (d);
       m->luns[m->nluns].target = (int) t;
@@ -215,7 +184,7 @@ make_plan (struct mount_plan *m)
       m->nluns++;
     }
     free (luns);
-    lg_pool_close (p);
+    lg_target_close (p);
   }
   if (m->nluns == 0) {
     lg_error ("%s: no disk LUN to mount", m->u->portal);
@@ -235,8 +204,8 @@ ready (struct lg_fs *fs, void *opaque)
   for (size_t t = 0; t < m->ntargets; t++) {
     if (m->targets[t] == NULL)
       continue; /* left out (make_plan said why) */
-    m->pools[t] = lg_pool_open (m->login, m->u->portal, m->targets[t],
-                                m->connections, err, sizeof err);
+    m->pools[t] = lg_target_open (m->login, m->u->portal, m->targets[t],
+                                  m->connections, err, sizeof err);
     if (m->pools[t] == NULL) {
       lg_error ("%s", err);
       return -1;
@@ -277,7 +246,7 @@ stopping (void *opaque)
   struct mount_plan *m = opaque;
 
   for (size_t t = 0; t < m->ntargets; t++)
-    lg_pool_abandon (m->pools[t], "unmounting");
+    lg_target_abandon (m->pools[t], "unmounting");
 }
 
 /* The mount's source in /proc/mounts: the URL without credentials, with
@@ -660,7 +629,7 @@ lg_cmd_mount (int argc, char **argv)
 out:
   if (m) {
     for (size_t t = 0; t < m->ntargets; t++) {
-      lg_pool_close (m->pools[t]);
+      lg_target_close (m->pools[t]);
       free (m->targets[t]);
     }
     free (m);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* How a stack of devices is opened: the iSCSI device, then the crypt
- * layer on it when the LUN holds a lungate header.  Front ends open LUNs
- * only through here. */
+/* What stack of devices a LUN gets: the iSCSI device, then the crypt
+ * layer on it when the LUN holds a lungate header; and the key table that
+ * decides.  Front ends open LUNs through open.h, which calls this (verify
+ * and the tests wrap a device of their own directly). */
 #ifndef LG_STACK_H
 #define LG_STACK_H
 
