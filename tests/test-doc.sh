@@ -7,7 +7,7 @@
 . "${srcdir:-.}/functions.sh"
 top=${top_srcdir:-..}
 missing=()
-pages=("$top/doc/locking.md")
+pages=("$top/doc/locking.md" "$top/doc/design.md")
 for page in "${pages[@]}"; do
   [ -f "$page" ] || fail "$page is missing"
   while IFS= read -r name; do
