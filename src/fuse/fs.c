@@ -15,6 +15,9 @@
  * allocated (st_blocks) is counted from the device's extents by whichever
  * worker asks first, under lg_fs.alloc_lock (never held across a device
  * call or a reply).
+ *
+ * The .stats file's texts are kept in stats.c; the background, the
+ * session's loop and the signals are run.c's.
  */
 #include <config.h>
 
@@ -38,11 +41,9 @@
 
 #include <sodium.h>
 
+#include "fuse/fs-int.h"
 #include "fuse/fs.h"
 #include "util/log.h"
-
-#define MAX_NODES 1024
-#define STATS_NAME ".stats"
 
 /* How long a count of allocated bytes is shown before it is counted again
  * (seconds), and at least how long after a write, trim or zero through
@@ -53,51 +54,6 @@
 #define ALLOC_MIN_AGE_S 1
 #define ALLOC_WALK_BUDGET_US (100 * 1000)
 
-/* The allocation count of a file (fs->alloc_lock). */
-struct alloc {
-  bool known;                 /* bytes holds a complete count */
-  bool walking;               /* a worker walks the extents now */
-  uint64_t bytes;             /* allocated bytes, at the last complete walk */
-  uint64_t counted_us;        /* when that walk started */
-  uint64_t gen;               /* writes_gen when that walk started */
-  uint64_t cursor;            /* where an unfinished walk goes on; 0: none */
-  uint64_t partial;           /* allocated bytes below cursor */
-  uint64_t walk_us, walk_gen; /* the unfinished walk's start */
-};
-
-struct node {
-  int parent; /* index, -1 for the root */
-  char name[256];
-  bool dir;
-  struct lg_dev *dev; /* files; counters in dev->stats */
-  /* Writes, trims and zeroes completed: a count older than that is stale. */
-  atomic_uint_fast64_t writes_gen;
-  struct alloc alloc;
-  /* The last bytes past the LUN's end that were refused (past_end),
-   * under alloc_lock. */
-  uint64_t past_off;
-  size_t past_len;
-  uint8_t past_hash[16];
-};
-
-struct lg_fs {
-  struct lg_fs_opts o;
-  int n;
-  struct node nodes[MAX_NODES];
-  int stats; /* index of .stats */
-  time_t mounted;
-  pthread_mutex_t alloc_lock; /* every node's alloc; a leaf lock */
-  /* Whole-block requests started and not yet answered (areq_done): the
-   * session is not destroyed, nor a device closed, while any is. */
-  atomic_uint inflight;
-  void (*on_stop) (void *opaque); /* lg_fs_on_stop */
-  void *stop_opaque;
-  struct fuse_session *se;
-  const char *dir;    /* the mount point, for syncfs at a signal */
-  pthread_t main_tid; /* in fuse_session_loop_mt */
-  atomic_bool serving, stopped;
-};
-
 /* fuse ino = index + 1 (the root is index 0, ino 1 = FUSE_ROOT_ID). */
 static struct lg_fs *the_fs;
 
@@ -107,24 +63,6 @@ node_of (fuse_ino_t ino)
   if (ino < 1 || ino > (fuse_ino_t) the_fs->n)
     return NULL;
   return &the_fs->nodes[ino - 1];
-}
-
-/* Waits for the requests still in flight below (a write waiting for its
- * target, within the outage budget): their answers go to this session and
- * use the devices, so both must outlive them. */
-static void
-drain (struct lg_fs *fs)
-{
-  bool said = false;
-
-  for (unsigned ms = 0; atomic_load (&fs->inflight) > 0; ms += 10) {
-    if (ms == 1000 && !said) {
-      lg_warn ("unmounting: waiting for %u requests in flight",
-               atomic_load (&fs->inflight));
-      said = true;
-    }
-    usleep (10 * 1000);
-  }
 }
 
 struct lg_fs *
@@ -160,133 +98,6 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   nd->dir = dir;
   nd->dev = dev;
   return fs->n++;
-}
-
-static void
-stop_once (struct lg_fs *fs)
-{
-  if (fs->on_stop && !atomic_exchange (&fs->stopped, true))
-    fs->on_stop (fs->stop_opaque);
-}
-
-/* ---- signals while serving ----
- *
- * libfuse's own handlers end the session at once, and the kernel then
- * drops the dirty pages of the writeback cache: writes that write(2) had
- * returned for were lost.  While the loop runs, SIGTERM, SIGINT and
- * SIGHUP come here instead (a pipe to a thread): on_stop first (what
- * waits for a target that is gone fails now), then syncfs on the mount
- * point, which the loop still serves, and only then the end of the
- * session.  The loop's main thread is woken with SIGUSR2. */
-static int sig_pipe[2] = { -1, -1 };
-
-static void
-on_signal (int sig)
-{
-  unsigned char c = (unsigned char) sig;
-  int saved = errno;
-
-  if (write (sig_pipe[1], &c, 1) < 0) {
-    /* Nothing to do in a signal handler. */
-  }
-  errno = saved;
-}
-
-static void
-on_wake (int sig)
-{
-  (void) sig; /* interrupts the loop's sem_wait */
-}
-
-static void
-set_handlers (bool ours)
-{
-  static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
-  struct sigaction sa;
-
-  memset (&sa, 0, sizeof sa);
-  sigemptyset (&sa.sa_mask);
-  sa.sa_handler = ours ? on_signal : SIG_DFL;
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-    sigaction (sigs[i], &sa, NULL);
-  sa.sa_handler = on_wake;
-  sigaction (SIGUSR2, &sa, NULL);
-  /* A log on a pipe whose reader left (--log stderr | logger) loses its
-   * lines, not the mount (libfuse's own handlers, removed above, ignored
-   * SIGPIPE too). */
-  sa.sa_handler = SIG_IGN;
-  sigaction (SIGPIPE, &sa, NULL);
-}
-
-/* The path of node i under the mount point. */
-static void
-node_path (const struct lg_fs *fs, int i, char *buf, size_t len)
-{
-  if (fs->nodes[i].parent < 0) {
-    snprintf (buf, len, "%s", fs->dir);
-    return;
-  }
-  node_path (fs, fs->nodes[i].parent, buf, len);
-  snprintf (buf + strlen (buf), len - strlen (buf), "/%s", fs->nodes[i].name);
-}
-
-/* fsync of every file through the mount: the kernel writes the dirty
- * pages of the writeback cache to us (syncfs does not wait for FUSE's). */
-static void
-sync_files (struct lg_fs *fs)
-{
-  char path[4200];
-
-  for (int i = 0; i < fs->n; i++) {
-    int fd;
-
-    if (fs->nodes[i].dev == NULL)
-      continue;
-    node_path (fs, i, path, sizeof path);
-    fd = open (path, (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
-    if (fd < 0 || fsync (fd) < 0)
-      lg_error ("%s: writing back before unmounting: %m", path);
-    if (fd >= 0)
-      close (fd);
-  }
-}
-
-static void
-sync_and_exit (struct lg_fs *fs)
-{
-  lg_info ("%s: signalled: writing back what is cached, then unmounting",
-           fs->dir);
-  stop_once (fs);
-  if (!fs->o.read_only)
-    sync_files (fs);
-  fuse_session_exit (fs->se);
-  pthread_kill (fs->main_tid, SIGUSR2);
-}
-
-/* The signal thread; it also notices the session ending otherwise (an
- * unmount) and runs on_stop then, since libfuse's loop returns only once
- * its workers are done, and a worker may wait for a target that is gone. */
-static void *
-watch_exit (void *arg)
-{
-  struct lg_fs *fs = arg;
-  struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
-
-  while (atomic_load (&fs->serving)) {
-    if (fuse_session_exited (fs->se)) {
-      stop_once (fs);
-      break;
-    }
-    if (poll (&pfd, 1, 100) > 0) {
-      unsigned char c;
-
-      if (read (sig_pipe[0], &c, 1) == 1 && c != 0) {
-        sync_and_exit (fs);
-        break;
-      }
-    }
-  }
-  return NULL;
 }
 
 void
@@ -572,106 +383,6 @@ fs_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   free (buf);
 }
 
-/* ---- .stats ---- */
-
-static char *
-stats_text (size_t *len)
-{
-  char *buf = NULL;
-  size_t sz = 0;
-  FILE *f = open_memstream (&buf, &sz);
-
-  if (f == NULL)
-    return NULL;
-  fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
-  for (int i = 0; i < the_fs->n; i++) {
-    struct node *nd = &the_fs->nodes[i];
-    char path[600] = "";
-
-    if (nd->dev == NULL)
-      continue;
-    if (nd->parent > 0)
-      snprintf (path, sizeof path, "%s/", the_fs->nodes[nd->parent].name);
-    fprintf (f, "file=%s%s lun=%s size=%" PRIu64 " ", path, nd->name,
-             nd->dev->name, (uint64_t) lg_dev_size (nd->dev));
-    lg_dev_stats_print (nd->dev, f);
-    fputc ('\n', f);
-  }
-  fclose (f);
-  *len = sz;
-  return buf;
-}
-
-/* The text each open of .stats got, by a number of its own in fi->fh,
- * never a pointer: libfuse may run a READ after the RELEASE of its file
- * on another thread (a reader killed during the read), and a READ that
- * finds its number gone reads nothing (AddressSanitizer found fs_read
- * replying from a buffer fs_release had freed).  The lock is held while
- * a read replies: the texts are small. */
-struct stats_fh {
-  uint64_t id;
-  char *text;
-  size_t len;
-};
-static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct stats_fh *stats_open;
-static size_t nstats_open, stats_cap;
-static uint64_t stats_next_id = 1;
-
-/* A new open: its number, or 0 when out of memory. */
-static uint64_t
-stats_add (char *text, size_t len)
-{
-  uint64_t id = 0;
-
-  pthread_mutex_lock (&stats_lock);
-  if (nstats_open == stats_cap) {
-    size_t cap = stats_cap ? 2 * stats_cap : 8;
-    struct stats_fh *a = realloc (stats_open, cap * sizeof *a);
-
-    if (a == NULL)
-      goto out;
-    stats_open = a;
-    stats_cap = cap;
-  }
-  id = stats_next_id++;
-  stats_open[nstats_open++] = (struct stats_fh){ id, text, len };
-out:
-  pthread_mutex_unlock (&stats_lock);
-  return id;
-}
-
-static void
-stats_remove (uint64_t id)
-{
-  pthread_mutex_lock (&stats_lock);
-  for (size_t i = 0; i < nstats_open; i++)
-    if (stats_open[i].id == id) {
-      free (stats_open[i].text);
-      stats_open[i] = stats_open[--nstats_open];
-      break;
-    }
-  pthread_mutex_unlock (&stats_lock);
-}
-
-static void
-stats_read (fuse_req_t req, uint64_t id, size_t size, off_t off)
-{
-  const struct stats_fh *s = NULL;
-
-  pthread_mutex_lock (&stats_lock);
-  for (size_t i = 0; i < nstats_open && s == NULL; i++)
-    if (stats_open[i].id == id)
-      s = &stats_open[i];
-  if (s == NULL || off < 0 || (size_t) off >= s->len)
-    fuse_reply_buf (req, NULL, 0);
-  else
-    fuse_reply_buf (req, s->text + off,
-                    size < s->len - (size_t) off ? size
-                                                 : s->len - (size_t) off);
-  pthread_mutex_unlock (&stats_lock);
-}
-
 /* ---- files ---- */
 
 static void
@@ -690,9 +401,9 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
   }
   if (nd->dev == NULL) {
     size_t len;
-    char *text = stats_text (&len);
+    char *text = lg_fs_stats_text (the_fs, &len);
 
-    if (text == NULL || (fi->fh = stats_add (text, len)) == 0) {
+    if (text == NULL || (fi->fh = lg_fs_stats_add (text, len)) == 0) {
       free (text);
       fuse_reply_err (req, ENOMEM);
       return;
@@ -710,7 +421,7 @@ fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
   struct node *nd = node_of (ino);
 
   if (nd && nd->dev == NULL && fi->fh)
-    stats_remove (fi->fh);
+    lg_fs_stats_remove (fi->fh);
   fuse_reply_err (req, 0);
 }
 
@@ -800,7 +511,7 @@ fs_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   char *buf;
 
   if (nd->dev == NULL) {
-    stats_read (req, fi->fh, size, off);
+    lg_fs_stats_read (req, fi->fh, size, off);
     return;
   }
   /* One reading of the size: it may change under a resize. */
@@ -1099,133 +810,9 @@ static const struct fuse_lowlevel_ops ops = {
   .statfs = fs_statfs,
 };
 
-/* Into the background (instead of fuse_daemonize, which lets the parent
- * exit before the devices are open): the parent waits until the child says it serves
- * (a byte 0 on the pipe) and exits 0, or exits 1 when the child fails
- * before (it said why on the shared stderr).  The child returns the
- * pipe's write end. */
-static int
-background (void)
+const struct fuse_lowlevel_ops *
+lg_fs_ops_for (struct lg_fs *fs)
 {
-  int fds[2];
-  pid_t pid;
-  char c = 1;
-
-  if (pipe (fds) < 0) {
-    lg_error ("pipe: %m");
-    return -1;
-  }
-  pid = fork ();
-  if (pid < 0) {
-    lg_error ("fork: %m");
-    return -1;
-  }
-  if (pid > 0) {
-    close (fds[1]);
-    while (read (fds[0], &c, 1) < 0 && errno == EINTR)
-      ;
-    _exit (c == 0 ? 0 : 1);
-  }
-  close (fds[0]);
-  setsid ();
-  return fds[1];
-}
-
-/* The child serves: tell the parent, and leave the terminal; messages
- * go to the log chosen (--log) from here on. */
-static void
-served (struct lg_fs *fs, int fd)
-{
-  char c = 0;
-  int null = open ("/dev/null", O_RDWR);
-
-  if (fs->o.log_syslog)
-    lg_log_to_syslog ();
-  else if (fs->o.log_fd >= 0)
-    lg_log_stamp (true);
-  if (write (fd, &c, 1) != 1)
-    lg_debug ("telling the parent: %m");
-  close (fd);
-  if (null >= 0) {
-    dup2 (null, 0);
-    dup2 (null, 1);
-    dup2 (fs->o.log_fd >= 0 ? fs->o.log_fd : null, 2);
-    if (null > 2)
-      close (null);
-  }
-  if (chdir ("/") < 0)
-    lg_debug ("chdir /: %m");
-}
-
-int
-lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
-           bool foreground, int (*ready) (struct lg_fs *, void *), void *opaque)
-{
-  int bg = -1;
-  struct fuse_args args = FUSE_ARGS_INIT (fuse_argc, fuse_argv);
-  struct fuse_session *se;
-  struct fuse_loop_config *cfg;
-  pthread_t watch;
-  bool watching;
-  int r = -1;
-
   the_fs = fs;
-  fs->mounted = time (NULL);
-  if (!foreground && (bg = background ()) < 0)
-    return -1;
-  se = fuse_session_new (&args, &ops, sizeof ops, NULL);
-  if (se == NULL) {
-    lg_error ("cannot start a FUSE session (bad -o option?)");
-    return -1;
-  }
-  if (fuse_session_mount (se, dir) != 0) {
-    lg_error ("%s: cannot mount (is /dev/fuse usable?)", dir);
-    goto out_destroy;
-  }
-  /* The handlers first: a signal while ready() waits (a claim waits for
-   * a holder that is closing) unmounts, rather than leaving the mount
-   * with nobody serving it. */
-  if (fuse_set_signal_handlers (se) != 0)
-    goto out_unmount;
-  if ((ready && ready (fs, opaque) < 0) || fuse_session_exited (se)) {
-    fuse_remove_signal_handlers (se);
-    goto out_unmount;
-  }
-  if (bg >= 0)
-    served (fs, bg);
-  fs->se = se;
-  fs->dir = dir;
-  fs->main_tid = pthread_self ();
-  atomic_store (&fs->serving, true);
-  watching = pipe2 (sig_pipe, O_CLOEXEC | O_NONBLOCK) == 0
-      && pthread_create (&watch, NULL, watch_exit, fs) == 0;
-  if (watching) {
-    fuse_remove_signal_handlers (se);
-    set_handlers (true);
-  }
-  cfg = fuse_loop_cfg_create ();
-  fuse_loop_cfg_set_max_threads (cfg, 64);
-  fuse_loop_cfg_set_idle_threads (cfg, 64);
-  r = fuse_session_loop_mt (se, cfg);
-  /* libfuse reports the signal that ended the loop: that is a clean
-   * stop. */
-  r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
-  atomic_store (&fs->serving, false);
-  if (watching) {
-    pthread_join (watch, NULL);
-    set_handlers (false);
-    close (sig_pipe[0]);
-    close (sig_pipe[1]);
-  }
-  else
-    fuse_remove_signal_handlers (se);
-  fuse_loop_cfg_destroy (cfg);
-  stop_once (fs);
-  drain (fs);
-out_unmount:
-  fuse_session_unmount (se);
-out_destroy:
-  fuse_session_destroy (se);
-  fuse_opt_free_args (&args);
-  return r;
+  return &ops;
 }

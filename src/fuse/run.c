@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* How the mount runs (lg_fs_run): into the background, the FUSE session
+ * and its loop, and what a signal or an unmount does while it serves.
+ * Threads: the main thread runs the loop; one watcher thread takes the
+ * signals and the end of the session (watch_exit). */
+#include <config.h>
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fuse/fs-int.h"
+#include "fuse/fs.h"
+#include "util/log.h"
+
+/* Waits for the requests still in flight below (a write waiting for its
+ * target, within the outage budget): their answers go to this session and
+ * use the devices, so both must outlive them. */
+static void
+drain (struct lg_fs *fs)
+{
+  bool said = false;
+
+  for (unsigned ms = 0; atomic_load (&fs->inflight) > 0; ms += 10) {
+    if (ms == 1000 && !said) {
+      lg_warn ("unmounting: waiting for %u requests in flight",
+               atomic_load (&fs->inflight));
+      said = true;
+    }
+    usleep (10 * 1000);
+  }
+}
+
+static void
+stop_once (struct lg_fs *fs)
+{
+  if (fs->on_stop && !atomic_exchange (&fs->stopped, true))
+    fs->on_stop (fs->stop_opaque);
+}
+
+/* ---- signals while serving ----
+ *
+ * libfuse's own handlers end the session at once, and the kernel then
+ * drops the dirty pages of the writeback cache: writes that write(2) had
+ * returned for were lost.  While the loop runs, SIGTERM, SIGINT and
+ * SIGHUP come here instead (a pipe to a thread): on_stop first (what
+ * waits for a target that is gone fails now), then syncfs on the mount
+ * point, which the loop still serves, and only then the end of the
+ * session.  The loop's main thread is woken with SIGUSR2. */
+static int sig_pipe[2] = { -1, -1 };
+
+static void
+on_signal (int sig)
+{
+  unsigned char c = (unsigned char) sig;
+  int saved = errno;
+
+  if (write (sig_pipe[1], &c, 1) < 0) {
+    /* Nothing to do in a signal handler. */
+  }
+  errno = saved;
+}
+
+static void
+on_wake (int sig)
+{
+  (void) sig; /* interrupts the loop's sem_wait */
+}
+
+static void
+set_handlers (bool ours)
+{
+  static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+  struct sigaction sa;
+
+  memset (&sa, 0, sizeof sa);
+  sigemptyset (&sa.sa_mask);
+  sa.sa_handler = ours ? on_signal : SIG_DFL;
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaction (sigs[i], &sa, NULL);
+  sa.sa_handler = on_wake;
+  sigaction (SIGUSR2, &sa, NULL);
+  /* A log on a pipe whose reader left (--log stderr | logger) loses its
+   * lines, not the mount (libfuse's own handlers, removed above, ignored
+   * SIGPIPE too). */
+  sa.sa_handler = SIG_IGN;
+  sigaction (SIGPIPE, &sa, NULL);
+}
+
+/* The path of node i under the mount point. */
+static void
+node_path (const struct lg_fs *fs, int i, char *buf, size_t len)
+{
+  if (fs->nodes[i].parent < 0) {
+    snprintf (buf, len, "%s", fs->dir);
+    return;
+  }
+  node_path (fs, fs->nodes[i].parent, buf, len);
+  snprintf (buf + strlen (buf), len - strlen (buf), "/%s", fs->nodes[i].name);
+}
+
+/* fsync of every file through the mount: the kernel writes the dirty
+ * pages of the writeback cache to us (syncfs does not wait for FUSE's). */
+static void
+sync_files (struct lg_fs *fs)
+{
+  char path[4200];
+
+  for (int i = 0; i < fs->n; i++) {
+    int fd;
+
+    if (fs->nodes[i].dev == NULL)
+      continue;
+    node_path (fs, i, path, sizeof path);
+    fd = open (path, (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+    if (fd < 0 || fsync (fd) < 0)
+      lg_error ("%s: writing back before unmounting: %m", path);
+    if (fd >= 0)
+      close (fd);
+  }
+}
+
+static void
+sync_and_exit (struct lg_fs *fs)
+{
+  lg_info ("%s: signalled: writing back what is cached, then unmounting",
+           fs->dir);
+  stop_once (fs);
+  if (!fs->o.read_only)
+    sync_files (fs);
+  fuse_session_exit (fs->se);
+  pthread_kill (fs->main_tid, SIGUSR2);
+}
+
+/* The signal thread; it also notices the session ending otherwise (an
+ * unmount) and runs on_stop then, since libfuse's loop returns only once
+ * its workers are done, and a worker may wait for a target that is gone. */
+static void *
+watch_exit (void *arg)
+{
+  struct lg_fs *fs = arg;
+  struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
+
+  while (atomic_load (&fs->serving)) {
+    if (fuse_session_exited (fs->se)) {
+      stop_once (fs);
+      break;
+    }
+    if (poll (&pfd, 1, 100) > 0) {
+      unsigned char c;
+
+      if (read (sig_pipe[0], &c, 1) == 1 && c != 0) {
+        sync_and_exit (fs);
+        break;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Into the background (instead of fuse_daemonize, which lets the parent
+ * exit before the devices are open): the parent waits until the child says it serves
+ * (a byte 0 on the pipe) and exits 0, or exits 1 when the child fails
+ * before (it said why on the shared stderr).  The child returns the
+ * pipe's write end. */
+static int
+background (void)
+{
+  int fds[2];
+  pid_t pid;
+  char c = 1;
+
+  if (pipe (fds) < 0) {
+    lg_error ("pipe: %m");
+    return -1;
+  }
+  pid = fork ();
+  if (pid < 0) {
+    lg_error ("fork: %m");
+    return -1;
+  }
+  if (pid > 0) {
+    close (fds[1]);
+    while (read (fds[0], &c, 1) < 0 && errno == EINTR)
+      ;
+    _exit (c == 0 ? 0 : 1);
+  }
+  close (fds[0]);
+  setsid ();
+  return fds[1];
+}
+
+/* The child serves: tell the parent, and leave the terminal; messages
+ * go to the log chosen (--log) from here on. */
+static void
+served (struct lg_fs *fs, int fd)
+{
+  char c = 0;
+  int null = open ("/dev/null", O_RDWR);
+
+  if (fs->o.log_syslog)
+    lg_log_to_syslog ();
+  else if (fs->o.log_fd >= 0)
+    lg_log_stamp (true);
+  if (write (fd, &c, 1) != 1)
+    lg_debug ("telling the parent: %m");
+  close (fd);
+  if (null >= 0) {
+    dup2 (null, 0);
+    dup2 (null, 1);
+    dup2 (fs->o.log_fd >= 0 ? fs->o.log_fd : null, 2);
+    if (null > 2)
+      close (null);
+  }
+  if (chdir ("/") < 0)
+    lg_debug ("chdir /: %m");
+}
+
+int
+lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
+           bool foreground, int (*ready) (struct lg_fs *, void *), void *opaque)
+{
+  int bg = -1;
+  struct fuse_args args = FUSE_ARGS_INIT (fuse_argc, fuse_argv);
+  struct fuse_session *se;
+  struct fuse_loop_config *cfg;
+  pthread_t watch;
+  bool watching;
+  int r = -1;
+
+  fs->mounted = time (NULL);
+  if (!foreground && (bg = background ()) < 0)
+    return -1;
+  se = fuse_session_new (&args, lg_fs_ops_for (fs),
+                         sizeof (struct fuse_lowlevel_ops), NULL);
+  if (se == NULL) {
+    lg_error ("cannot start a FUSE session (bad -o option?)");
+    return -1;
+  }
+  if (fuse_session_mount (se, dir) != 0) {
+    lg_error ("%s: cannot mount (is /dev/fuse usable?)", dir);
+    goto out_destroy;
+  }
+  /* The handlers first: a signal while ready() waits (a claim waits for
+   * a holder that is closing) unmounts, rather than leaving the mount
+   * with nobody serving it. */
+  if (fuse_set_signal_handlers (se) != 0)
+    goto out_unmount;
+  if ((ready && ready (fs, opaque) < 0) || fuse_session_exited (se)) {
+    fuse_remove_signal_handlers (se);
+    goto out_unmount;
+  }
+  if (bg >= 0)
+    served (fs, bg);
+  fs->se = se;
+  fs->dir = dir;
+  fs->main_tid = pthread_self ();
+  atomic_store (&fs->serving, true);
+  watching = pipe2 (sig_pipe, O_CLOEXEC | O_NONBLOCK) == 0
+      && pthread_create (&watch, NULL, watch_exit, fs) == 0;
+  if (watching) {
+    fuse_remove_signal_handlers (se);
+    set_handlers (true);
+  }
+  cfg = fuse_loop_cfg_create ();
+  fuse_loop_cfg_set_max_threads (cfg, 64);
+  fuse_loop_cfg_set_idle_threads (cfg, 64);
+  r = fuse_session_loop_mt (se, cfg);
+  /* libfuse reports the signal that ended the loop: that is a clean
+   * stop. */
+  r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
+  atomic_store (&fs->serving, false);
+  if (watching) {
+    pthread_join (watch, NULL);
+    set_handlers (false);
+    close (sig_pipe[0]);
+    close (sig_pipe[1]);
+  }
+  else
+    fuse_remove_signal_handlers (se);
+  fuse_loop_cfg_destroy (cfg);
+  stop_once (fs);
+  drain (fs);
+out_unmount:
+  fuse_session_unmount (se);
+out_destroy:
+  fuse_session_destroy (se);
+  fuse_opt_free_args (&args);
+  return r;
+}
