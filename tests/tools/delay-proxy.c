@@ -658,8 +658,10 @@ service (void)
   armed = next;
 }
 
-int
-main (int argc, char *argv[])
+/* The options: -1 to go on, else the exit status. */
+static int
+parse_options (int argc, char *argv[], const char **listen_arg,
+               const char **upstream_arg)
 {
   static const struct option opts[] = {
     { "upstream", required_argument, NULL, 'u' },
@@ -672,27 +674,17 @@ main (int argc, char *argv[])
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  const char *listen_arg = "127.0.0.1:0", *upstream_arg = NULL;
-  struct end listen_end = { END_LISTEN, NULL, 0 };
-  struct end timer_end = { END_TIMER, NULL, 0 };
-  struct epoll_event ev, evs[MAX_EVENTS];
-  struct sockaddr_storage ss;
-  socklen_t sslen = sizeof ss;
-  struct addrinfo *la;
-  char port[NI_MAXSERV];
   const char *u;
   double ms, bdp;
-  int c, lfd, one = 1, n, i;
-  struct end *e;
-  uint64_t expirations;
+  int c;
 
   while ((c = getopt_long (argc, argv, "u:l:d:r:q:b:vh", opts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      upstream_arg = optarg;
+      *upstream_arg = optarg;
       break;
     case 'l':
-      listen_arg = optarg;
+      *listen_arg = optarg;
       break;
     case 'd':
       if (parse_number (optarg, &ms, &u) == -1 || *u != '\0' || ms > 3.6e6)
@@ -729,7 +721,7 @@ main (int argc, char *argv[])
   }
   if (optind < argc)
     die ("unexpected argument '%s' (see --help)", argv[optind]);
-  if (upstream_arg == NULL)
+  if (*upstream_arg == NULL)
     die ("--upstream HOST:PORT is required (see --help)");
   if (queue_limit == 0) {
     bdp = rate_bps != 0 ? (double) rate_bps / 8 * (double) delay_ns / 1e9
@@ -737,7 +729,18 @@ main (int argc, char *argv[])
     queue_limit = 2 * bdp > MIN_QUEUE ? (size_t) (2 * bdp) : MIN_QUEUE;
   }
 
-  upstream = resolve ("--upstream", upstream_arg, NULL, false);
+  return -1;
+}
+
+/* The listening socket at listen_arg, its port number in port. */
+static int
+open_listener (const char *listen_arg, char port[NI_MAXSERV])
+{
+  struct sockaddr_storage ss;
+  socklen_t sslen = sizeof ss;
+  struct addrinfo *la;
+  int lfd, one = 1;
+
   la = resolve ("--listen", listen_arg, "127.0.0.1", true);
   lfd = socket (la->ai_family, la->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 la->ai_protocol);
@@ -750,11 +753,30 @@ main (int argc, char *argv[])
     die ("listen: %m");
   freeaddrinfo (la);
   if (getsockname (lfd, (struct sockaddr *) &ss, &sslen) == -1
-      || getnameinfo ((struct sockaddr *) &ss, sslen, NULL, 0, port,
-                      sizeof port, NI_NUMERICSERV)
+      || getnameinfo ((struct sockaddr *) &ss, sslen, NULL, 0, port, NI_MAXSERV,
+                      NI_NUMERICSERV)
           != 0)
     die ("getsockname: %m");
 
+  return lfd;
+}
+
+int
+main (int argc, char *argv[])
+{
+  const char *listen_arg = "127.0.0.1:0", *upstream_arg = NULL;
+  struct end listen_end = { END_LISTEN, NULL, 0 };
+  struct end timer_end = { END_TIMER, NULL, 0 };
+  struct epoll_event ev, evs[MAX_EVENTS];
+  char port[NI_MAXSERV];
+  int c, lfd, n, i;
+  struct end *e;
+  uint64_t expirations;
+
+  if ((c = parse_options (argc, argv, &listen_arg, &upstream_arg)) >= 0)
+    return c;
+  upstream = resolve ("--upstream", upstream_arg, NULL, false);
+  lfd = open_listener (listen_arg, port);
   signal (SIGPIPE, SIG_IGN);
   epfd = epoll_create1 (EPOLL_CLOEXEC);
   timerfd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

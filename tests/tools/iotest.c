@@ -128,6 +128,108 @@ count_extent (void *opaque, uint64_t off, uint64_t len, bool hole)
   return 0;
 }
 
+/* 2 and 3: random unaligned writes, then reads, of odd lengths. */
+static void
+odd_lengths (uint8_t *buf)
+{
+  for (int i = 0; i < 300; i++) {
+    uint64_t len = 1 + rnd () % 20000;
+    uint64_t off = rnd () % (REGION - len);
+
+    fill (buf, len, rnd ());
+    memcpy (shadow + off, buf, len);
+    CHECK (lg_dev_pwrite (dev, buf, len, off, i % 7 == 0 ? LG_FUA : 0) == 0,
+           "write %" PRIu64 "+%" PRIu64 ": %m", off, len);
+  }
+  verify ("after unaligned writes");
+
+  /* Reads. */
+  for (int i = 0; i < 300; i++) {
+    uint64_t len = 1 + rnd () % 20000;
+    uint64_t off = rnd () % (REGION - len);
+
+    memset (buf, 0xee, len);
+    CHECK (lg_dev_pread (dev, buf, len, off) == 0, "read: %m");
+    CHECK (memcmp (buf, shadow + off, len) == 0,
+           "read %" PRIu64 "+%" PRIu64 " differs", off, len);
+  }
+}
+
+/* 4: concurrent read-modify-writes into the same blocks. */
+static void
+concurrent_rmw (void)
+{
+  pthread_t t[THREADS];
+  struct worker w[THREADS];
+
+  for (int i = 0; i < THREADS; i++) {
+    w[i].id = i;
+    w[i].errors = 0;
+    pthread_create (&t[i], NULL, rmw_worker, &w[i]);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join (t[i], NULL);
+    CHECK (w[i].errors == 0, "RMW worker %d: %d errors", i, w[i].errors);
+  }
+  for (uint64_t off = 1u << 20; off < (1u << 20) + 64 * 1024; off++)
+    shadow[off] = (uint8_t) (off * 7 + 1);
+  verify ("after concurrent RMW");
+}
+
+/* 5: zero, with and without may_trim, aligned and not. */
+static void
+zeroes (void)
+{
+  CHECK (lg_dev_zero (dev, 3 * 65536 + 123, 2 * 65536 + 7, 0) == 0, "zero: %m");
+  memset (shadow + 2 * 65536 + 7, 0, 3 * 65536 + 123);
+  CHECK (lg_dev_zero (dev, 1 << 20, 4 << 20, LG_MAY_TRIM) == 0,
+         "zero may_trim: %m");
+  memset (shadow + (4 << 20), 0, 1 << 20);
+  verify ("after zero");
+}
+
+/* 6: trim is a hint, but on a thin LUN with LBPRZ the range reads as
+ * zeroes and GET LBA STATUS reports it deallocated. */
+static void
+trim (void)
+{
+  if (dev->can_trim && lg_iscsi_dev_info (dev)->lbprz) {
+    uint64_t c[2] = { 0, 0 };
+
+    CHECK (lg_dev_trim (dev, 2 << 20, 8 << 20, 0) == 0, "trim: %m");
+    memset (shadow + (8 << 20), 0, 2 << 20);
+    verify ("after trim");
+    CHECK (lg_dev_extents (dev, 2 << 20, 8 << 20, count_extent, c) == 0,
+           "extents: %m");
+    printf ("iotest: trimmed 2 MiB: %" PRIu64 " hole, %" PRIu64 " data\n", c[0],
+            c[1]);
+    CHECK (c[0] == 2 << 20 && c[1] == 0,
+           "trimmed range: %" PRIu64 " bytes hole, %" PRIu64 " data", c[0],
+           c[1]);
+    c[0] = c[1] = 0;
+    CHECK (lg_dev_extents (dev, 1 << 20, 0, count_extent, c) == 0,
+           "extents: %m");
+    CHECK (c[1] == 1 << 20, "written range: %" PRIu64 " data", c[1]);
+  }
+  else
+    printf ("iotest: LUN is not thin-provisioned: trim checks skipped\n");
+}
+
+/* 7: out of range requests fail cleanly with EINVAL. */
+static void
+out_of_range (uint8_t *buf)
+{
+  errno = 0;
+  CHECK (lg_dev_pread (dev, buf, 512, dev->size - 100) == -1 && errno == EINVAL,
+         "read past the end: errno %d", errno);
+  errno = 0;
+  CHECK (lg_dev_pwrite (dev, buf, 512, UINT64_MAX - 10, 0) == -1
+             && errno == EINVAL,
+         "write at 2^64: errno %d", errno);
+  CHECK (lg_dev_pread (dev, buf, 4096, dev->size - 4096) == 0,
+         "read of the last block: %m");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -181,89 +283,11 @@ main (int argc, char **argv)
   CHECK (lg_dev_pwrite (dev, shadow, REGION, 0, 0) == 0, "big write: %m");
   verify ("after the big write");
 
-  /* 2. Random unaligned writes of odd lengths. */
-  for (int i = 0; i < 300; i++) {
-    uint64_t len = 1 + rnd () % 20000;
-    uint64_t off = rnd () % (REGION - len);
-
-    fill (buf, len, rnd ());
-    memcpy (shadow + off, buf, len);
-    CHECK (lg_dev_pwrite (dev, buf, len, off, i % 7 == 0 ? LG_FUA : 0) == 0,
-           "write %" PRIu64 "+%" PRIu64 ": %m", off, len);
-  }
-  verify ("after unaligned writes");
-
-  /* 3. Unaligned reads of odd lengths. */
-  for (int i = 0; i < 300; i++) {
-    uint64_t len = 1 + rnd () % 20000;
-    uint64_t off = rnd () % (REGION - len);
-
-    memset (buf, 0xee, len);
-    CHECK (lg_dev_pread (dev, buf, len, off) == 0, "read: %m");
-    CHECK (memcmp (buf, shadow + off, len) == 0,
-           "read %" PRIu64 "+%" PRIu64 " differs", off, len);
-  }
-
-  /* 4. Concurrent read-modify-writes into the same blocks. */
-  {
-    pthread_t t[THREADS];
-    struct worker w[THREADS];
-
-    for (int i = 0; i < THREADS; i++) {
-      w[i].id = i;
-      w[i].errors = 0;
-      pthread_create (&t[i], NULL, rmw_worker, &w[i]);
-    }
-    for (int i = 0; i < THREADS; i++) {
-      pthread_join (t[i], NULL);
-      CHECK (w[i].errors == 0, "RMW worker %d: %d errors", i, w[i].errors);
-    }
-    for (uint64_t off = 1u << 20; off < (1u << 20) + 64 * 1024; off++)
-      shadow[off] = (uint8_t) (off * 7 + 1);
-    verify ("after concurrent RMW");
-  }
-
-  /* 5. Zero, with and without may_trim, aligned and not. */
-  CHECK (lg_dev_zero (dev, 3 * 65536 + 123, 2 * 65536 + 7, 0) == 0, "zero: %m");
-  memset (shadow + 2 * 65536 + 7, 0, 3 * 65536 + 123);
-  CHECK (lg_dev_zero (dev, 1 << 20, 4 << 20, LG_MAY_TRIM) == 0,
-         "zero may_trim: %m");
-  memset (shadow + (4 << 20), 0, 1 << 20);
-  verify ("after zero");
-
-  /* 6. Trim: a hint, but on a thin LUN with LBPRZ the range reads as
-   * zeroes and GET LBA STATUS reports it deallocated. */
-  if (dev->can_trim && lg_iscsi_dev_info (dev)->lbprz) {
-    uint64_t c[2] = { 0, 0 };
-
-    CHECK (lg_dev_trim (dev, 2 << 20, 8 << 20, 0) == 0, "trim: %m");
-    memset (shadow + (8 << 20), 0, 2 << 20);
-    verify ("after trim");
-    CHECK (lg_dev_extents (dev, 2 << 20, 8 << 20, count_extent, c) == 0,
-           "extents: %m");
-    printf ("iotest: trimmed 2 MiB: %" PRIu64 " hole, %" PRIu64 " data\n", c[0],
-            c[1]);
-    CHECK (c[0] == 2 << 20 && c[1] == 0,
-           "trimmed range: %" PRIu64 " bytes hole, %" PRIu64 " data", c[0],
-           c[1]);
-    c[0] = c[1] = 0;
-    CHECK (lg_dev_extents (dev, 1 << 20, 0, count_extent, c) == 0,
-           "extents: %m");
-    CHECK (c[1] == 1 << 20, "written range: %" PRIu64 " data", c[1]);
-  }
-  else
-    printf ("iotest: LUN is not thin-provisioned: trim checks skipped\n");
-
-  /* 7. Out of range requests fail cleanly with EINVAL. */
-  errno = 0;
-  CHECK (lg_dev_pread (dev, buf, 512, dev->size - 100) == -1 && errno == EINVAL,
-         "read past the end: errno %d", errno);
-  errno = 0;
-  CHECK (lg_dev_pwrite (dev, buf, 512, UINT64_MAX - 10, 0) == -1
-             && errno == EINVAL,
-         "write at 2^64: errno %d", errno);
-  CHECK (lg_dev_pread (dev, buf, 4096, dev->size - 4096) == 0,
-         "read of the last block: %m");
+  odd_lengths (buf);
+  concurrent_rmw ();
+  zeroes ();
+  trim ();
+  out_of_range (buf);
 
   verify ("at the end");
   lg_dev_close (dev);
