@@ -67,9 +67,11 @@ errno_slot (int err)
   }
 }
 
-void
-lg_dev_account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes,
-                uint64_t start_us, int err)
+/* Counts one request of kind op and bytes that started at start_us and
+ * ended with err (0 or an errno). */
+static void
+tally (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes, uint64_t start_us,
+       int err)
 {
   struct lg_dev_stats *st = &d->stats;
 
@@ -91,7 +93,7 @@ account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes, uint64_t start_us,
 {
   int saved = errno;
 
-  lg_dev_account (d, op, bytes, start_us, r < 0 ? (saved ? saved : EIO) : 0);
+  tally (d, op, bytes, start_us, r < 0 ? (saved ? saved : EIO) : 0);
   errno = saved;
   return r;
 }
@@ -284,11 +286,33 @@ lg_dev_close (struct lg_dev *d)
     d->ops->close (d);
 }
 
+/* A started request, to be counted when it completes. */
+struct counted {
+  struct lg_dev *d;
+  lg_dev_done_fn *done;
+  void *opaque;
+  bool write;
+  size_t count;
+  uint64_t start_us;
+};
+
+static void
+counted_done (void *opaque, int err)
+{
+  struct counted c = *(struct counted *) opaque;
+
+  free (opaque);
+  tally (c.d, c.write ? LG_OP_WRITE : LG_OP_READ, c.count, c.start_us, err);
+  c.done (c.opaque, err);
+}
+
 int
 lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
                  uint64_t off, unsigned flags, lg_dev_done_fn *done,
                  void *opaque)
 {
+  struct counted *c;
+
   if ((write && check_writable (d, "write") < 0)
       || check_range (d, write ? "write" : "read", count, off) < 0)
     return -1;
@@ -296,7 +320,21 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
     errno = ENOTSUP;
     return -1;
   }
-  return d->ops->start_rw (d, write, buf, count, off, flags, done, opaque);
+  c = malloc (sizeof *c);
+  if (c == NULL)
+    return -1;
+  *c = (struct counted){ d, done, opaque, write, count, lg_dev_now_us () };
+  if (d->ops->start_rw (d, write, buf, count, off, flags, counted_done, c)
+      < 0) {
+    int e = errno;
+
+    free (c);
+    errno = e;
+    return -1;
+  }
+  /* c is counted_done's now. */
+  // cppcheck-suppress memleak
+  return 0;
 }
 
 bool

@@ -187,9 +187,10 @@ int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
 void lg_dev_close (struct lg_dev *d);
 
 /* Starts a read or write without waiting (see start_rw above): 0 when
- * started (done will run), or -1 with errno: ENOTSUP when the device or
- * this request (unaligned, say) needs the synchronous call; EINVAL and
- * EPERM as for pread and pwrite. */
+ * started (done will run, after the request is counted in d->stats as
+ * the synchronous calls count theirs), or -1 with errno, not counted:
+ * ENOTSUP when the device or this request (unaligned, say) needs the
+ * synchronous call; EINVAL and EPERM as for pread and pwrite; ENOMEM. */
 int lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
                      uint64_t off, unsigned flags, lg_dev_done_fn *done,
                      void *opaque);
@@ -240,15 +241,8 @@ int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
  * a writer means.  Nothing where the device has no claims. */
 void lg_dev_note_reader (struct lg_dev *d);
 
-/* Microseconds on the monotonic clock, for lg_dev_account. */
+/* Microseconds on the monotonic clock. */
 uint64_t lg_dev_now_us (void);
-
-/* Counts one request of kind op and bytes that started at start_us and
- * ended with err (0 or an errno).  The entry points do it themselves; a
- * front end that starts requests (lg_dev_start_rw) calls it when one
- * completes. */
-void lg_dev_account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes,
-                     uint64_t start_us, int err);
 
 /* One line of key=value pairs (no newline): the counters, the transport's
  * and the authentication failures: read_ops=... read_bytes=...

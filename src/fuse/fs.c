@@ -448,7 +448,6 @@ struct areq {
   struct node *nd;
   bool write;
   size_t size;
-  uint64_t start;
   char buf[]; /* the data, read or to write */
 };
 
@@ -458,8 +457,6 @@ areq_done (void *opaque, int err)
   struct areq *a = opaque;
   struct node *nd = a->nd;
 
-  lg_dev_account (nd->dev, a->write ? LG_OP_WRITE : LG_OP_READ, a->size,
-                  a->start, err);
   if (a->write)
     written (nd);
   if (err)
@@ -491,7 +488,6 @@ start_async (fuse_req_t req, struct node *nd, bool write, const char *data,
   a->size = size;
   if (write)
     memcpy (a->buf, data, size);
-  a->start = lg_dev_now_us ();
   atomic_fetch_add (&the_fs->inflight, 1);
   if (lg_dev_start_rw (nd->dev, write, a->buf, size, off, flags, areq_done, a)
       < 0) {
