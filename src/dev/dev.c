@@ -333,7 +333,7 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
     return -1;
   }
   /* c is counted_done's now. */
-  // cppcheck-suppress memleak
+  /* cppcheck-suppress memleak */
   return 0;
 }
 
