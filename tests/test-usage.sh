@@ -36,6 +36,11 @@ expect_fail_with "--connect-timeout: 'abc'" \
   "$LUNGATE" key iscsi://h/iqn.a:b/1 --connect-timeout abc list
 expect_exit 2 "unexpected argument 'extra'" "$LUNGATE" key list iscsi://h/iqn.a:b/1 extra
 expect_exit 2 "unexpected argument 'd2'" "$LUNGATE" mount iscsi://h/iqn.a:b/1 d1 d2
+# --connections 0 exited 1 with no message at all (issue 30, item 7).
+for n in 0 65 x; do
+  expect_exit 1 "--connections: '$n' is not a number from 1 to 64" \
+    "$LUNGATE" mount --connections "$n" iscsi://h/iqn.a:b/1 d1
+done
 expect_fail_with "--connect-timeout: 'abc'" \
   "$LUNGATE" mount iscsi://h/iqn.a:b/1 d1 -f --connect-timeout abc
 expect_exit 2 "unexpected argument '--json'" "$LUNGATE" info iscsi://h/iqn.a:b/1 -- --json

@@ -327,17 +327,18 @@ check_mounted (const char *source)
   return r;
 }
 
+/* A number from min to max in base, or -1 (said why). */
 static long
-parse_num (const char *opt, const char *arg, int base, long max)
+parse_num (const char *opt, const char *arg, int base, long min, long max)
 {
   long v;
 
-  if (lg_parse_long (arg, base, 0, max, &v) < 0) {
+  if (lg_parse_long (arg, base, min, max, &v) < 0) {
     if (base == 8)
-      lg_error ("%s: '%s' is not an octal number from 0 to 0%lo", opt, arg,
-                max);
+      lg_error ("%s: '%s' is not an octal number from %#lo to %#lo", opt, arg,
+                min, max);
     else
-      lg_error ("%s: '%s' is not a number from 0 to %ld", opt, arg, max);
+      lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min, max);
     return -1;
   }
   return v;
@@ -459,23 +460,23 @@ mount_option (struct mount_args *a, int c, const char *arg)
   case 'o':
     return parse_o (a, arg);
   case OPT_CONNECTIONS:
-    if ((v = parse_num ("--connections", arg, 10, LG_POOL_MAX)) < 1)
+    if ((v = parse_num ("--connections", arg, 10, 1, LG_POOL_MAX)) < 0)
       return -1;
     a->connections = (unsigned) v;
     return 0;
   case OPT_MODE:
-    if ((v = parse_num ("--mode", arg, 8, 07777)) < 0)
+    if ((v = parse_num ("--mode", arg, 8, 0, 07777)) < 0)
       return -1;
     a->fo.file_mode = (mode_t) v;
     a->mode_set = true;
     return 0;
   case OPT_UID:
-    if ((v = parse_num ("--uid", arg, 10, INT_MAX)) < 0)
+    if ((v = parse_num ("--uid", arg, 10, 0, INT_MAX)) < 0)
       return -1;
     a->fo.uid = (uid_t) v;
     return 0;
   case OPT_GID:
-    if ((v = parse_num ("--gid", arg, 10, INT_MAX)) < 0)
+    if ((v = parse_num ("--gid", arg, 10, 0, INT_MAX)) < 0)
       return -1;
     a->fo.gid = (gid_t) v;
     return 0;
