@@ -235,19 +235,25 @@ int
 lg_dev_write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off,
                      unsigned flags)
 {
+  static const uint8_t fallback[64 * 1024];
   size_t chunk = d->max_io ? d->max_io : 1u << 20;
-  uint8_t *zero;
+  const uint8_t *zero;
+  uint8_t *mem = NULL;
   int r = 0;
 
-  if (chunk > 4u << 20)
-    chunk = 4u << 20;
-  if (chunk > count)
-    chunk = (size_t) count;
   if (count == 0)
     return 0;
-  zero = calloc (1, chunk);
-  if (zero == NULL)
-    return -1;
+  if (chunk > count)
+    chunk = (size_t) count;
+  /* Pieces as large as the device takes (a FUA write of each costs the
+   * iSCSI device a SYNCHRONIZE CACHE where the LUN has no FUA bit); calloc
+   * maps zero pages, and out of memory the writes are only smaller. */
+  zero = mem = calloc (1, chunk);
+  if (mem == NULL) {
+    zero = fallback;
+    if (chunk > sizeof fallback)
+      chunk = sizeof fallback;
+  }
   while (count > 0 && r == 0) {
     size_t n = count < chunk ? (size_t) count : chunk;
 
@@ -258,11 +264,11 @@ lg_dev_write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off,
   if (r < 0) {
     int saved = errno;
 
-    free (zero);
+    free (mem);
     errno = saved;
     return -1;
   }
-  free (zero);
+  free (mem);
   return 0;
 }
 

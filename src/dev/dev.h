@@ -178,8 +178,8 @@ int lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off,
 
 /* For a device's zero op that has nothing better: writes zeroes over
  * [off, off+count) with the device's own pwrite op (no statistics: the
- * zero is counted), in pieces of at most max_io bytes (1 MiB when unset,
- * 4 MiB at most), each with flags' LG_FUA.  0, or -1 with errno. */
+ * zero is counted), in pieces of max_io bytes (1 MiB when unset), each
+ * with flags' LG_FUA.  0, or -1 with errno. */
 int lg_dev_write_zeroes (struct lg_dev *d, uint64_t count, uint64_t off,
                          unsigned flags);
 int lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
