@@ -415,7 +415,7 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
   bool took = false;
 
   if (lg_test_hook ("LUNGATE_TEST_NO_OWNER"))
-    return 2;
+    return LG_CLAIM_UNHELD;
   x->owner
       = lg_owner_claim (x->lower, x->dev.name, (flags & LG_CLAIM_TAKEOVER) != 0,
                         fence_lower, x->lower, &took, err, errlen);
@@ -423,7 +423,7 @@ claim_owner (struct cdev *x, unsigned flags, char *err, size_t errlen)
     return -1;
   if (took)
     lg_warn ("%s: took over the volume from another gateway", x->dev.name);
-  return took ? 1 : 0;
+  return took ? LG_CLAIM_PREEMPTED : LG_CLAIM_HELD;
 }
 
 /* One writer: the lower device's exclusive claim, never a shared one (two
@@ -446,12 +446,12 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
     return -1;
   }
   r = lg_dev_claim (x->lower, flags, err, errlen);
-  if (r == 2 && x->manage_dirty && x->owner == NULL)
+  if (r == LG_CLAIM_UNHELD && x->manage_dirty && x->owner == NULL)
     r = claim_owner (x, flags, err, errlen);
   if (r >= 0 && x->manage_dirty && refresh_at_claim (x, err, errlen) < 0)
     return -1;
-  if (r <= 0 || r == 2 || !x->manage_dirty)
-    return r < 0 ? -1 : 0;
+  if (r < 0 || r == LG_CLAIM_HELD || r == LG_CLAIM_UNHELD || !x->manage_dirty)
+    return r < 0 ? -1 : LG_CLAIM_HELD;
   pthread_mutex_lock (&x->dirty_lock);
   atomic_store (&x->trust_newer, false);
   atomic_store (&x->clean_at_close, false);
@@ -462,7 +462,7 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   else
     atomic_store (&x->marked, true);
   pthread_mutex_unlock (&x->dirty_lock);
-  return r < 0 ? -1 : 1;
+  return r < 0 ? -1 : LG_CLAIM_PREEMPTED;
 }
 
 /* A reader beside another gateway's writes reads a volume's units. */

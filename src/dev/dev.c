@@ -393,11 +393,11 @@ lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   int r;
 
   if (d->read_only)
-    return 0;
+    return LG_CLAIM_HELD;
   if (d->ops->claim == NULL)
-    return 2;
+    return LG_CLAIM_UNHELD;
   r = d->ops->claim (d, flags, err, errlen);
-  if (r == 0 || r == 1)
+  if (r == LG_CLAIM_HELD || r == LG_CLAIM_PREEMPTED)
     d->claimed = true;
   return r;
 }

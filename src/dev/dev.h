@@ -225,15 +225,23 @@ void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
 int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
                         void *opaque);
 
+/* What lg_dev_claim got, when it did not fail. */
+enum lg_claim_got {
+  LG_CLAIM_HELD = 0,      /* held alone; also for a read-only device */
+  LG_CLAIM_PREEMPTED = 1, /* held after preempting another holder */
+  /* Nothing can be held here (no persistent reservations, or a device
+   * without claims): the crypt layer then keeps an owner record
+   * (crypt/owner.h), and a command checks it (dev/open.h). */
+  LG_CLAIM_UNHELD = 2,
+};
+
 /* Takes exclusive write access to a writable device, for as long as it
  * is open (dev/reserve.h): before anything is written.  flags:
  * LG_CLAIM_TAKEOVER preempts the holder; LG_CLAIM_SHARED takes no
  * exclusive access (refused where one writer is required: the crypt
- * layer).  0 when held, and for read-only devices; 1 when held after
- * preempting another holder (LG_CLAIM_TAKEOVER); 2 when nothing can be
- * held here (no persistent reservations, or a device without claims:
- * the crypt layer then keeps an owner record, crypt/owner.h); -1 with errno (EBUSY when another gateway holds it, EINVAL for a shared
- * claim that cannot be) and a sentence in err. */
+ * layer).  An enum lg_claim_got, or -1 with errno (EBUSY when another
+ * gateway holds it, EINVAL for a shared claim that cannot be) and a
+ * sentence in err. */
 int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
 
 /* For a front end that reads d without claiming it: when another

@@ -451,7 +451,7 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
       lg_pool_pin (x->pool, x->lun, false);
     x->pinned = false;
     errno = e;
-    return r < 0 ? -1 : 2;
+    return r < 0 ? -1 : LG_CLAIM_UNHELD;
   }
   if (!(flags & LG_CLAIM_SHARED) && x->known
       && !atomic_exchange (&x->known_on, true)) {

@@ -148,7 +148,9 @@ lg_lun_open_raw (const struct lg_login *login, const struct lg_url *u,
     return NULL;
   }
   r = lg_dev_claim (d, claim_flags, err, errlen);
-  if (r < 0 || (r == 2 && owned_by_another (d, claim_flags, err, errlen) < 0)) {
+  if (r < 0
+      || (r == LG_CLAIM_UNHELD
+          && owned_by_another (d, claim_flags, err, errlen) < 0)) {
     e = errno;
     lg_dev_close (d);
     errno = e;
