@@ -14,19 +14,29 @@
  *    So both copies are also read back, LG_HDR_CAW_SETTLE_MS after the
  *    writes: a change that another overwrote in that instant is made
  *    again, on top.
- *  - Elsewhere, a timed scheme: the change is given up unless its copies
- *    are written within LG_HDR_RMW_MS of the read it was made from, and
- *    both copies are read back LG_HDR_VERIFY_MS later.  A writer whose
- *    read came before ours wrote before our read-back, so one of the two
- *    of us sees its own bytes gone and makes its change again on top.
- *    This holds while no write takes longer than the difference to land
- *    (lungate-format(5) says so).
+ *  - Elsewhere, a timed scheme.  Just before each copy is written, both
+ *    copies are read again and the change starts over unless they still
+ *    hold what it expects (what it was made from, and its own bytes in a
+ *    copy it wrote); the write is sent only if that check was sent at
+ *    most LG_HDR_RMW_MS ago, counting a read's round trip once more (for
+ *    the write's own way to the target).  Both copies are read back
+ *    LG_HDR_VERIFY_MS after the writes.  A write of another that lands
+ *    after our read-back was checked less than LG_HDR_VERIFY_MS before it
+ *    landed, so after our writes: it found our bytes and started over.
+ *    A write of another that lands before our read-back either saw our
+ *    bytes too or shows in the read-back, and then we start over on top.
+ *    So this holds while no header write takes more than the difference
+ *    beyond the check's round trip to land (lungate-format(5) says so).
+ *    The time the change itself takes (a passphrase's key derivation, a
+ *    slow or loaded machine) does not count; round trips up to a quarter
+ *    of LG_HDR_RMW_MS (the check is two reads) do not make it give up.
  *
  * Threads: any; nothing shared.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -81,14 +91,47 @@ parse_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
   return n;
 }
 
-/* Writes out over copy c, conditionally (see the top).  0, or -1 with
- * errno (EAGAIN: the copy changed since buf was read). */
+/* The timed scheme's check (see the top): 1 both copies hold expect and
+ * the write may be sent, 0 not (start again: changed, or too slow), -1
+ * read error. */
 static int
-write_copy (struct lg_dev *dev, bool *caw, const uint8_t *old,
-            const uint8_t *out, int c, uint64_t t_read)
+still_expected (struct lg_dev *dev, const uint8_t expect[2][LG_HDR_SIZE])
 {
+  uint8_t buf[LG_HDR_SIZE];
+  uint64_t sent = now_ms (), rtt = 0;
+  int r = 1;
+
+  for (int c = 0; c < 2 && r == 1; c++) {
+    uint64_t t = now_ms ();
+
+    if (lg_dev_pread (dev, buf, LG_HDR_SIZE, copy_off[c]) < 0)
+      r = -1;
+    else if (memcmp (buf, expect[c], LG_HDR_SIZE) != 0)
+      r = 0;
+    t = now_ms () - t;
+    rtt = t > rtt ? t : rtt;
+  }
+  sodium_memzero (buf, sizeof buf);
+  if (r == 1 && now_ms () - sent + rtt > LG_HDR_RMW_MS) {
+    lg_debug ("%s: a header check took %" PRIu64 " ms: again", dev->name,
+              now_ms () - sent);
+    r = 0; /* the write might land too late for another's read-back */
+  }
+  return r;
+}
+
+/* Writes out over copy c, conditionally (see the top): expect holds both
+ * copies as this update last saw them.  0, or -1 with errno (EAGAIN: the
+ * copy changed since, or the check was too slow). */
+static int
+write_copy (struct lg_dev *dev, bool *caw, const uint8_t expect[2][LG_HDR_SIZE],
+            const uint8_t *out, int c)
+{
+  int r;
+
   if (*caw) {
-    if (lg_dev_compare_write (dev, old, out, LG_HDR_SIZE, copy_off[c]) == 0)
+    if (lg_dev_compare_write (dev, expect[c], out, LG_HDR_SIZE, copy_off[c])
+        == 0)
       return lg_dev_flush (dev);
     if (errno != ENOTSUP)
       return -1;
@@ -97,8 +140,10 @@ write_copy (struct lg_dev *dev, bool *caw, const uint8_t *old,
               "scheme",
               dev->name);
   }
-  if (now_ms () - t_read > LG_HDR_RMW_MS) {
-    errno = EAGAIN; /* too slow to be sure nobody wrote since */
+  r = still_expected (dev, expect);
+  if (r <= 0) {
+    if (r == 0)
+      errno = EAGAIN;
     return -1;
   }
   if (lg_dev_pwrite (dev, out, LG_HDR_SIZE, copy_off[c], 0) < 0)
@@ -128,7 +173,7 @@ attempt (struct lg_dev *dev, bool *caw, lg_header_change_fn *change,
 {
   uint8_t buf[2][LG_HDR_SIZE], out[LG_HDR_SIZE];
   struct lg_header hc[2], h, check;
-  uint64_t seq, t_read = now_ms ();
+  uint64_t seq;
   unsigned n;
   int first, r = -1;
 
@@ -165,13 +210,14 @@ attempt (struct lg_dev *dev, bool *caw, lg_header_change_fn *change,
   for (int i = 0; i < 2; i++) {
     int c = i == 0 ? first : 1 - first;
 
-    if (write_copy (dev, caw, buf[c], out, c, t_read) < 0) {
+    if (write_copy (dev, caw, buf, out, c) < 0) {
       r = errno == EAGAIN ? 1 : -1;
       if (r < 0)
         snprintf (err, errlen, "writing header copy %d: %s", c,
                   strerror (errno));
       goto out;
     }
+    memcpy (buf[c], out, LG_HDR_SIZE); /* what copy c holds now */
   }
   sleep_ms (*caw ? LG_HDR_CAW_SETTLE_MS : LG_HDR_VERIFY_MS);
   r = copies_hold (dev, out);

@@ -125,13 +125,15 @@ typedef int lg_header_change_fn (const struct lg_header *copies, unsigned n,
 /* Read, change, write both copies, serialised against every other
  * lg_header_update on the LUN, from any machine: each copy is written
  * with COMPARE AND WRITE against the bytes the change was made from,
- * and both are read back LG_HDR_CAW_SETTLE_MS later; where the LUN has no COMPARE AND WRITE, by the timed
- * scheme of lungate-format(5) (a read-change-write is given up unless it
- * writes within LG_HDR_RMW_MS of its read, and is read back after
- * LG_HDR_VERIFY_MS).  Either way, a change that another overwrote is
- * made again on top of what is there.  out (optional) receives the
- * header written.  -1 with errno (EBUSY: the header kept changing). */
-#define LG_HDR_RMW_MS 250
+ * and both are read back LG_HDR_CAW_SETTLE_MS later; where the LUN has
+ * no COMPARE AND WRITE, by the timed scheme of lungate-format(5) (each
+ * copy is written only after both are read again and found as expected,
+ * within LG_HDR_RMW_MS of that check counting a round trip once more, and
+ * both are read back after LG_HDR_VERIFY_MS).  Either way, a change that
+ * another overwrote is made again on top of what is there.  out
+ * (optional) receives the header written.  -1 with errno (EBUSY: the
+ * header kept changing). */
+#define LG_HDR_RMW_MS 750
 #define LG_HDR_VERIFY_MS 1000
 #define LG_HDR_CAW_SETTLE_MS 50
 int lg_header_update (struct lg_dev *dev, lg_header_change_fn *change,
