@@ -461,11 +461,11 @@ parse_args (int argc, char **argv, struct bench_args *a)
   };
   int c, status;
 
-  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
     int r = lg_cmd_option (&a->login, NULL, c, optarg);
 
     if (r < 0)
-      return LG_EXIT_FAIL;
+      return -r;
     if (r > 0)
       continue;
     switch (c) {
@@ -478,7 +478,7 @@ parse_args (int argc, char **argv, struct bench_args *a)
     case OPT_CONNECTIONS:
     case OPT_SVG:
       if (bench_value (a, c, optarg) < 0)
-        return LG_EXIT_FAIL;
+        return LG_EXIT_USAGE; /* a malformed value */
       break;
     case OPT_WRITE:
       a->write = true;

@@ -65,9 +65,15 @@ enum {
       { "initiator-name", required_argument, NULL, OPT_INITIATOR_NAME },       \
       { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST },         \
       { "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },     \
+      { "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },               \
+      { "verbose", no_argument, NULL, 'v' },                                   \
   {                                                                            \
-    "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT                      \
+    "quiet", no_argument, NULL, 'q'                                            \
   }
+
+/* The short options every command takes (-h, and -v, -q as
+ * lg_cmd_option handles them), for getopt_long. */
+#define LG_CMD_SHORTOPTS "hqv"
 
 #define LG_KEY_OPTIONS                                                         \
   { "key-file", required_argument, NULL, OPT_KEY_FILE },                       \
@@ -97,12 +103,15 @@ struct lg_cmd_keys {
   struct lg_keytab *tab;
 };
 
-/* Handles one key option: 1 if it was one, 0 if not, -1 on error. */
+/* Handles one key option: 1 if it was one, 0 if not, or (reported)
+ * -LG_EXIT_USAGE for a malformed value, -LG_EXIT_FAIL for another failure
+ * (a key file that cannot be read). */
 int lg_key_option (struct lg_cmd_keys *k, int c, const char *arg);
 void lg_cmd_keys_clear (struct lg_cmd_keys *k);
 
-/* A login option, or (keys not NULL) a key option: 1 handled, 0 not one
- * of them, -1 bad value (reported). */
+/* A login option, -v or -q, --takeover or --shared, or (keys not NULL) a
+ * key option: 1 handled, 0 not one of them, or (reported) minus the exit
+ * status: -LG_EXIT_USAGE for a malformed value, -LG_EXIT_FAIL else. */
 int lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
                    const char *arg);
 
@@ -123,8 +132,9 @@ struct lg_dev *lg_cmd_open (const struct lg_url *u, const char *path,
                             const struct lg_login *l, unsigned connections,
                             bool read_only);
 
-/* Handles one login option: 1 if it was one, 0 if not, -1 on a bad value
- * (already reported). */
+/* Handles one login option: 1 if it was one, 0 if not, or (reported)
+ * -LG_EXIT_USAGE for a malformed value, -LG_EXIT_FAIL for another
+ * failure. */
 int lg_login_option (struct lg_login *l, int c, const char *arg);
 
 /* Parses url and completes the login with what the URL carries; checks

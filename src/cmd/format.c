@@ -118,11 +118,11 @@ parse_args (int argc, char **argv, struct format_args *a)
   };
   int c, status;
 
-  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
     int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      return LG_EXIT_FAIL;
+      return -r;
     if (r > 0)
       continue;
     switch (c) {
@@ -133,7 +133,7 @@ parse_args (int argc, char **argv, struct format_args *a)
         a->mode = LG_MODE_MAC;
       else {
         lg_error ("--mode: '%s': want aead or mac", optarg);
-        return LG_EXIT_FAIL;
+        return LG_EXIT_USAGE;
       }
       break;
     case OPT_ARGON2:
@@ -143,7 +143,7 @@ parse_args (int argc, char **argv, struct format_args *a)
       }
       else if (strcmp (optarg, "moderate") != 0) {
         lg_error ("--argon2: '%s': want interactive or moderate", optarg);
-        return LG_EXIT_FAIL;
+        return LG_EXIT_USAGE;
       }
       break;
     case OPT_LAZY:

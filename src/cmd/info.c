@@ -382,11 +382,13 @@ lg_cmd_info (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, NULL, c, optarg);
 
-    if (r < 0)
+    if (r < 0) {
+      status = -r;
       goto out;
+    }
     if (r > 0)
       continue;
     switch (c) {

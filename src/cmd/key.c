@@ -93,11 +93,11 @@ parse_args (int argc, char **argv, struct key_args *a)
   };
   int c, status;
 
-  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
     int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      return LG_EXIT_FAIL;
+      return -r;
     if (r > 0)
       continue;
     switch (c) {
@@ -117,7 +117,7 @@ parse_args (int argc, char **argv, struct key_args *a)
     case OPT_SLOT:
       if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &a->slot) < 0) {
         lg_error ("--slot: '%s': want 0 to %d", optarg, LG_KEYSLOTS - 1);
-        return LG_EXIT_FAIL;
+        return LG_EXIT_USAGE;
       }
       break;
     case OPT_FORCE:

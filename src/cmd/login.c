@@ -21,7 +21,11 @@
 #include "util/secret.h"
 
 const char lg_login_help[]
-    = "Login options:\n"
+    = "Output options (also before the command):\n"
+      "  -v, --verbose                debug messages (twice: also every SCSI\n"
+      "                               command)\n"
+      "  -q, --quiet                  errors only\n"
+      "Login options:\n"
       "  --user USER                  CHAP user name\n"
       "  --password-file FILE         CHAP secret from the first line of FILE\n"
       "                               ('-' reads standard input)\n"
@@ -59,7 +63,7 @@ parse_int (const char *opt, const char *arg, long min, long max, long *out)
 {
   if (lg_parse_long (arg, 10, min, max, out) < 0) {
     lg_error ("%s: '%s' is not a number from %ld to %ld", opt, arg, min, max);
-    return -1;
+    return -LG_EXIT_USAGE;
   }
   return 0;
 }
@@ -103,7 +107,7 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
   case OPT_PASSWORD_FD:
   case OPT_TARGET_PASSWORD_FD:
     if (parse_int ("--password-fd", arg, 0, INT_MAX, &v) < 0)
-      return -1;
+      return -LG_EXIT_USAGE;
     return set_secret (c == OPT_PASSWORD_FD ? &l->secret : &l->target_secret,
                        lg_secret_from_fd ((int) v, "password fd"));
   case OPT_PASSWORD_PROMPT:
@@ -117,7 +121,7 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
       lg_error ("--initiator-name: '%s' is not an iSCSI name (iqn., eui. "
                 "or naa.)",
                 arg);
-      return -1;
+      return -LG_EXIT_USAGE;
     }
     return set_string (&l->initiator_name, arg);
   case OPT_HEADER_DIGEST:
@@ -127,17 +131,17 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
       l->header_digest = true;
     else {
       lg_error ("--header-digest: '%s': want none or crc32c", arg);
-      return -1;
+      return -LG_EXIT_USAGE;
     }
     return 1;
   case OPT_CONNECT_TIMEOUT:
     if (parse_int ("--connect-timeout", arg, 1, 3600, &v) < 0)
-      return -1;
+      return -LG_EXIT_USAGE;
     l->connect_timeout = (int) v;
     return 1;
   case OPT_IO_TIMEOUT:
     if (parse_int ("--io-timeout", arg, -1, 86400, &v) < 0)
-      return -1;
+      return -LG_EXIT_USAGE;
     l->io_timeout = (int) v;
     return 1;
   default:
@@ -232,7 +236,7 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
     return set_secret (&k->passphrase, lg_secret_from_file (arg));
   case OPT_PASSPHRASE_FD:
     if (parse_int ("--passphrase-fd", arg, 0, INT_MAX, &v) < 0)
-      return -1;
+      return -LG_EXIT_USAGE;
     return set_secret (&k->passphrase,
                        lg_secret_from_fd ((int) v, "passphrase fd"));
   default:
@@ -248,6 +252,16 @@ lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
 {
   int r = lg_login_option (l, c, arg);
 
+  if (c == 'v' || c == 'q') {
+    /* As before the command (lungate.c): -v debug, twice every SCSI
+     * command; -q errors only. */
+    enum lg_log_level now = lg_log_get_level ();
+
+    lg_log_set_level (c == 'q'                 ? LG_LOG_ERROR
+                          : now < LG_LOG_DEBUG ? LG_LOG_DEBUG
+                                               : LG_LOG_TRACE);
+    return 1;
+  }
   if (c == OPT_TAKEOVER || c == OPT_SHARED) {
     lg_cmd_claim_flags
         |= c == OPT_TAKEOVER ? LG_CLAIM_TAKEOVER : LG_CLAIM_SHARED;

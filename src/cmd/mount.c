@@ -513,11 +513,12 @@ parse_args (int argc, char **argv, struct mount_args *a)
   };
   int c, status;
 
-  while ((c = getopt_long (argc, argv, "fho:", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS "fo:", opts, NULL))
+         != -1) {
     int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
 
     if (r < 0)
-      return LG_EXIT_FAIL;
+      return -r;
     if (r > 0)
       continue;
     switch (c) {
@@ -530,7 +531,7 @@ parse_args (int argc, char **argv, struct mount_args *a)
     case OPT_NONEMPTY:
     case OPT_KEY_DIR:
       if (mount_option (a, c, optarg) < 0)
-        return LG_EXIT_FAIL;
+        return LG_EXIT_USAGE; /* a malformed value */
       break;
     case OPT_LOG:
       if (optarg[0] == '\0')

@@ -79,11 +79,13 @@ lg_cmd_verify (int argc, char **argv)
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
     int r = lg_cmd_option (&login, &keys, c, optarg);
 
-    if (r < 0)
+    if (r < 0) {
+      status = -r;
       goto out;
+    }
     if (r > 0)
       continue;
     if (c == OPT_REPAIR) {
