@@ -77,7 +77,7 @@ main (int argc, char **argv)
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
   };
-  int c, verbose = 0;
+  int c, verbose = 0, status;
 
   /* Secrets pass through this process: keep them out of core dumps and
    * away from ptrace by other users. */
@@ -119,7 +119,10 @@ main (int argc, char **argv)
       argv += optind;
       argc -= optind;
       optind = 0; /* glibc: reinitialise getopt for the subcommand */
-      return commands[i].fn (argc, argv);
+      status = commands[i].fn (argc, argv);
+      if (status != LG_EXIT_OK)
+        lg_cmd_die_if_stopped (); /* a stop it cleaned up after */
+      return status;
     }
   fprintf (stderr, "lungate: unknown command '%s'\nTry 'lungate --help'.\n",
            argv[optind]);

@@ -155,6 +155,15 @@ int lg_cmd_prepare_lun (const char *cmd, const char *arg, struct lg_url *u,
 int lg_cmd_positionals (const char *cmd, int argc, char **argv, int want,
                         const char *what);
 
+/* A long command's stop on SIGINT, SIGTERM or SIGHUP (stop.c): after
+ * lg_cmd_catch_stop, lg_cmd_stopped is the signal that came (0: none) and
+ * the command stops at its next piece and cleans up; main then calls
+ * lg_cmd_die_if_stopped, which dies of that signal (unless the command
+ * finished and succeeded all the same). */
+void lg_cmd_catch_stop (void);
+int lg_cmd_stopped (void);
+void lg_cmd_die_if_stopped (void);
+
 /* Prints "Usage: ..." for a bad invocation and returns LG_EXIT_USAGE. */
 int lg_usage_error (const char *cmd, const char *fmt, ...)
     __attribute__ ((format (printf, 2, 3)));

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,29 +46,35 @@ static const char usage[]
       "  -h, --help                   this help\n"
       "\n";
 
-static void
+/* Progress, and the stop on Ctrl-C (stop.c): non-zero to stop. */
+static int
 progress (uint64_t done, uint64_t total)
 {
   lg_progress (done, total);
+  return lg_cmd_stopped ();
 }
 
 #define LAZY_HINT                                                              \
   "this takes a while: lungate format --lazy zeroes and seals nothing but "    \
   "the header area (seconds on any size; see lungate-format(1))"
 
-/* Zeroes the first len bytes of d in pieces, with progress. */
+/* Zeroes bytes [from, len) of d in pieces, with progress; a stop fails
+ * with EINTR. */
 static int
-zero_lun (struct lg_dev *d, uint64_t len)
+zero_lun (struct lg_dev *d, uint64_t from, uint64_t len)
 {
   const uint64_t piece = 256ull << 20;
 
-  for (uint64_t off = 0; off < len;) {
+  for (uint64_t off = from; off < len;) {
     uint64_t n = len - off < piece ? len - off : piece;
 
     if (lg_dev_zero (d, n, off, LG_MAY_TRIM) < 0)
       return -1;
     off += n;
-    lg_progress (off, len);
+    if (progress (off, len) != 0) {
+      errno = EINTR;
+      return -1;
+    }
   }
   return 0;
 }
@@ -181,7 +188,7 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
            bool *interrupted)
 {
   uint8_t hb[LG_HDR_SIZE];
-  bool used;
+  bool used, mark;
 
   if (raw->read_only) {
     lg_error ("%s: the LUN is read-only", raw->name);
@@ -189,13 +196,15 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
   }
   if (lg_dev_pread (raw, hb, sizeof hb, 0) < 0)
     return -1;
+  /* An earlier format that did not finish: ours to start over. */
+  mark = lg_header_is_format_mark (hb);
   if (!a->force && lg_header_has_magic (hb)) {
     lg_error ("%s: the LUN already holds a lungate header: use --force to "
               "format it again (its data is lost)",
               raw->name);
     return -1;
   }
-  if (!a->force) {
+  if (!a->force && !mark) {
     if (looks_used (raw, &used) < 0)
       return -1;
     if (used) {
@@ -216,14 +225,29 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
    * units from the first on: metadata where the header says nothing. */
   if (lg_dev_pread (raw, hb, sizeof hb, h->md_offset) < 0)
     return -1;
-  *interrupted = !sodium_is_zero (hb, sizeof hb);
-  if (!a->force && *interrupted) {
+  *interrupted = mark || !sodium_is_zero (hb, sizeof hb);
+  if (!a->force && !mark && *interrupted) {
     lg_error ("%s: the LUN holds part of an interrupted lungate format "
               "(metadata without a header): use --force to format it again",
               raw->name);
     return -1;
   }
   return 0;
+}
+
+/* Says why format stopped while doing what: a stop on a signal, or an
+ * error (errno). */
+static void
+stopped (const struct lg_dev *raw, const char *what)
+{
+  int saved = errno;
+
+  if (saved == EINTR && lg_cmd_stopped ())
+    lg_error ("%s: format interrupted (SIG%s) while %s: the LUN holds no "
+              "volume; lungate format starts over",
+              raw->name, sigabbrev_np (lg_cmd_stopped ()), what);
+  else
+    lg_error ("%s: %s failed: %s", raw->name, what, strerror (saved));
 }
 
 /* Wipes and seals the units of the volume h describes, with master key
@@ -233,15 +257,23 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
               struct lg_header *h, const uint8_t *mk, bool interrupted)
 {
   struct lg_dev *cd;
+  uint8_t mark[LG_HDR_SIZE];
   char err[512];
   int r = -1;
 
   /* The metadata first, the header last: a LUN is a lungate volume only
-   * once everything under the header is in place. */
+   * once everything under the header is in place.  Until then, the mark
+   * over header copy 0 says a format is under way. */
   cd = lg_crypt_open (raw, false, h, mk, 0, false, err, sizeof err);
   if (cd == NULL) {
     lg_error ("%s", err);
     return -1;
+  }
+  lg_header_format_mark (mark);
+  if (lg_dev_pwrite (raw, mark, sizeof mark, 0, 0) < 0
+      || lg_dev_flush (raw) < 0) {
+    lg_error ("%s: writing at the start of the LUN failed: %m", raw->name);
+    goto out;
   }
   /* Wipe any old header copies and metadata, and (unless lazy) the data:
    * a sealed ZERO unit is authentic only over zeroed bytes.  On a
@@ -255,12 +287,13 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
    * someone else's data. */
   /* Except after an interrupted format (or with --force): its sealed
    * slots would read as errors, so the metadata area is wiped too. */
-  if (zero_lun (raw,
+  if (zero_lun (raw, sizeof mark,
                 !a->lazy                      ? raw->size
                     : interrupted || a->force ? h->data_offset
                                               : LG_HDR_AREA)
       < 0) {
-    lg_progress_end ();
+    lg_progress_abandon ();
+    stopped (raw, "zeroing");
     goto out;
   }
   lg_progress_end ();
@@ -268,8 +301,8 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
     lg_progress_start_bytes ("format: sealing units", LG_UNIT_SIZE);
     lg_progress_hint (LAZY_HINT, 180);
     if (lg_crypt_init_units (cd, 0, h->nunits, progress) < 0) {
-      lg_progress_end ();
-      lg_error ("%s: writing the metadata failed: %m", raw->name);
+      lg_progress_abandon ();
+      stopped (raw, "writing the metadata");
       goto out;
     }
     lg_progress_end ();
@@ -303,9 +336,15 @@ lg_cmd_format (int argc, char **argv)
   if ((status = parse_args (argc, argv, &a)) >= 0)
     goto out;
   status = LG_EXIT_FAIL;
+  lg_cmd_catch_stop ();
   raw = lg_cmd_open (&a.u, a.path, &a.login, 4, false);
   if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0)
     goto out;
+  if (lg_cmd_stopped ()) {
+    lg_error ("%s: format interrupted (SIG%s) before it wrote anything",
+              raw->name, sigabbrev_np (lg_cmd_stopped ()));
+    goto out;
+  }
   h.version = LG_HDR_VERSION;
   h.mode = a.mode;
   h.flags = a.lazy ? LG_HDR_FLAG_LAZY : 0;

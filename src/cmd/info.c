@@ -258,7 +258,17 @@ print_volume (struct lg_dev *d, bool json)
       ? (errno = ENOENT, -1)
       : lg_header_read (d, &h, err, sizeof err);
   if (r < 0 && errno == ENOENT) {
-    printf (json ? ", \"lungate_volume\": false" : "lungate-volume: no\n");
+    uint8_t b0[LG_HDR_SIZE];
+    bool mark = d->size >= sizeof b0 && lg_dev_pread (d, b0, sizeof b0, 0) == 0
+        && lg_header_is_format_mark (b0);
+
+    if (json)
+      printf (", \"lungate_volume\": false%s",
+              mark ? ", \"format_interrupted\": true" : "");
+    else
+      printf ("lungate-volume: no%s\n",
+              mark ? " (a format was interrupted: lungate format starts over)"
+                   : "");
     return;
   }
   if (r < 0) {

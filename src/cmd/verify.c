@@ -3,7 +3,9 @@
  * the ranges that fail.  Main thread. */
 #include <config.h>
 
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,10 +50,30 @@ bad (void *opaque, uint64_t first, uint64_t n)
   fflush (stdout);
 }
 
-static void
+static uint64_t units_done;
+
+/* Progress, and the stop on Ctrl-C (stop.c): non-zero to stop. */
+static int
 progress (uint64_t done, uint64_t total)
 {
+  units_done = done;
   lg_progress (done, total);
+  return lg_cmd_stopped ();
+}
+
+/* What an interrupted verify leaves: nothing changed, or (--repair) the
+ * volume clean as it was, or still dirty. */
+static void
+interrupted (struct lg_dev *d, bool repair, const struct tally *t)
+{
+  lg_error ("%s: verify interrupted (SIG%s) after %" PRIu64 " of %" PRIu64
+            " units, %" PRIu64 " bad ranges among them%s",
+            d->name, sigabbrev_np (lg_cmd_stopped ()), units_done,
+            d->size / LG_UNIT_SIZE, t->ranges,
+            !repair                      ? ""
+                : lg_crypt_was_dirty (d) ? "; the volume stays dirty: run "
+                                           "verify --repair to the end"
+                                         : "; the volume stays clean");
 }
 
 int
@@ -115,6 +137,7 @@ lg_cmd_verify (int argc, char **argv)
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
+  lg_cmd_catch_stop ();
   /* Read-only unless repairing: a scrub changes nothing, not even a
    * header copy. */
   raw = lg_cmd_open (&u, path, &login, 4, !repair);
@@ -134,7 +157,14 @@ lg_cmd_verify (int argc, char **argv)
   lg_progress_start ("verify");
   nbad = lg_crypt_verify (d, 0, d->size / LG_UNIT_SIZE, repair, bad, progress,
                           &t);
-  lg_progress_end ();
+  if (nbad < 0)
+    lg_progress_abandon ();
+  else
+    lg_progress_end ();
+  if (nbad < 0 && errno == EINTR && lg_cmd_stopped ()) {
+    interrupted (d, repair, &t);
+    goto out;
+  }
   if (nbad < 0) {
     lg_error ("%s: verify stopped by an I/O error: %m", d->name);
     goto out;

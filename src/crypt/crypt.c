@@ -624,7 +624,7 @@ lg_crypt_auth_failures (const struct lg_dev *d)
 
 int
 lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
-                     void (*progress) (uint64_t done, uint64_t total))
+                     int (*progress) (uint64_t done, uint64_t total))
 {
   struct cdev *x = to_cdev (d);
   /* Whole metadata blocks at a time, written without reading: format
@@ -662,8 +662,11 @@ lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
       errno = saved;
       return -1;
     }
-    if (progress)
-      progress (u + cnt - first, n);
+    if (progress && progress (u + cnt - first, n) != 0) {
+      free (md);
+      errno = EINTR;
+      return -1;
+    }
   }
   free (md);
   return lg_dev_flush (x->lower);
@@ -705,7 +708,7 @@ int64_t
 lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
                  void (*bad) (void *opaque, uint64_t first_unit,
                               uint64_t nunits),
-                 void (*progress) (uint64_t done, uint64_t total), void *opaque)
+                 int (*progress) (uint64_t done, uint64_t total), void *opaque)
 {
   struct cdev *x = to_cdev (d);
   const uint64_t batch = LG_UNITS_PER_MD * 64; /* 10.5 MiB */
@@ -732,8 +735,13 @@ lg_crypt_verify (struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
       return -1;
     }
     total += r;
-    if (progress)
-      progress (u + cnt - first, n);
+    if (progress && progress (u + cnt - first, n) != 0) {
+      bad_merge_flush (&m);
+      sodium_memzero (buf, batch * LG_UNIT_SIZE);
+      free (buf);
+      errno = EINTR;
+      return -1;
+    }
   }
   bad_merge_flush (&m);
   sodium_memzero (buf, batch * LG_UNIT_SIZE);

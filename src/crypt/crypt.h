@@ -61,19 +61,22 @@ uint64_t lg_crypt_auth_failures (const struct lg_dev *d);
 
 /* Writes authenticated ZERO slots for units [first, first+n) directly
  * (format uses it for the whole volume).  progress, if not NULL, is called
- * now and then with the units done. */
+ * now and then with the units done; when it returns non-zero, the call
+ * stops there and fails with EINTR. */
 int lg_crypt_init_units (struct lg_dev *d, uint64_t first, uint64_t n,
-                         void (*progress) (uint64_t done, uint64_t total));
+                         int (*progress) (uint64_t done, uint64_t total));
 
 /* Scrubs units [first, first+n): calls bad for each maximal range of
  * units that fail authentication.  Returns the number of bad units, or -1
  * on an I/O error.  With repair (a writable device opened with
  * manage_dirty), a unit whose newer slot does not authenticate it (left
  * by a crash) gets that slot cleared; and when the whole volume was
- * checked and no unit is bad, the volume is marked clean at close. */
+ * checked and no unit is bad, the volume is marked clean at close.
+ * progress as for lg_crypt_init_units (a stop: -1, EINTR, the ranges
+ * found so far reported). */
 int64_t lg_crypt_verify (
     struct lg_dev *d, uint64_t first, uint64_t n, bool repair,
     void (*bad) (void *opaque, uint64_t first_unit, uint64_t nunits),
-    void (*progress) (uint64_t done, uint64_t total), void *opaque);
+    int (*progress) (uint64_t done, uint64_t total), void *opaque);
 
 #endif

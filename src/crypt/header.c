@@ -266,6 +266,27 @@ lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE])
   return memcmp (buf + OFF_MAGIC, LG_HDR_MAGIC, 8) == 0;
 }
 
+#define FORMAT_MARK                                                            \
+  "LUNGATE-FORMAT-UNDER-WAY\n"                                                 \
+  "lungate format began here and did not finish: this LUN holds no\n"          \
+  "volume; lungate format starts over.\n"
+
+void
+lg_header_format_mark (uint8_t buf[static LG_HDR_SIZE])
+{
+  memset (buf, 0, LG_HDR_SIZE);
+  memcpy (buf, FORMAT_MARK, sizeof FORMAT_MARK - 1);
+}
+
+bool
+lg_header_is_format_mark (const uint8_t buf[static LG_HDR_SIZE])
+{
+  uint8_t mark[LG_HDR_SIZE];
+
+  lg_header_format_mark (mark);
+  return memcmp (buf, mark, LG_HDR_SIZE) == 0;
+}
+
 void
 lg_header_serialize (const struct lg_header *h, uint8_t buf[static LG_HDR_SIZE])
 {

@@ -96,6 +96,13 @@ int lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
 /* true if buf starts with the magic (a header, valid or not, is there). */
 bool lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE]);
 
+/* The block format writes over header copy 0 before it wipes anything
+ * else, and replaces with the header when it is done: not a header (no
+ * magic), it says that a format is under way, or was interrupted, and
+ * lets the next format start over without --force (lungate-format(5)). */
+void lg_header_format_mark (uint8_t buf[static LG_HDR_SIZE]);
+bool lg_header_is_format_mark (const uint8_t buf[static LG_HDR_SIZE]);
+
 /* Reads both copies from dev and returns the newest valid one.  Nothing
  * is written: a copy that is damaged, older, or newer but forged is
  * rewritten only by the next lg_header_write, made by someone who opened

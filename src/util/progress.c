@@ -2,6 +2,7 @@
 /* Progress line.  Main thread only. */
 #include <config.h>
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
@@ -110,12 +111,23 @@ lg_progress (uint64_t done, uint64_t total)
 }
 
 void
-lg_progress_end (void)
+lg_progress_abandon (void)
 {
+  int saved = errno;
+
   if (tty && shown)
     fprintf (stderr, "\n");
-  if (lg_log_get_level () >= LG_LOG_INFO && label)
-    fprintf (stderr, "%s: done in %.1f s\n", label, now () - start_time);
+  errno = saved;
   label = NULL;
   hint = NULL;
+}
+
+void
+lg_progress_end (void)
+{
+  const char *l = label;
+
+  lg_progress_abandon ();
+  if (lg_log_get_level () >= LG_LOG_INFO && l)
+    fprintf (stderr, "%s: done in %.1f s\n", l, now () - start_time);
 }

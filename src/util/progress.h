@@ -16,5 +16,8 @@ void lg_progress_start_bytes (const char *what, uint64_t unit);
 void lg_progress_hint (const char *text, double seconds);
 void lg_progress (uint64_t done, uint64_t total);
 void lg_progress_end (void);
+/* Ends it without the "done" line: it failed or was stopped, and the
+ * caller says so.  errno is kept. */
+void lg_progress_abandon (void);
 
 #endif
