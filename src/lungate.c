@@ -23,7 +23,7 @@ static const struct {
   { "info", lg_cmd_info, "show what a LUN is and what it supports" },
   { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
-  { "key", lg_cmd_key, "list, add or remove the key slots of a volume" },
+  { "key", lg_cmd_key, "list, test, add or remove the key slots" },
   { "mount", lg_cmd_mount, "mount LUNs as files (FUSE)" },
   { "bench", lg_cmd_bench, "measure a LUN, plain and through the crypt layer" },
 };

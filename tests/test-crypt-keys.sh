@@ -23,7 +23,7 @@ key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" key list "$url/1" >"$TGT_DIR/l" || fail "key list"
 grep -q "^slot 0: passphrase (Argon2id" "$TGT_DIR/l" || fail "list: slot 0"
 grep -q "^slot 1: empty" "$TGT_DIR/l" || fail "list: slot 1"
-expect_fail_with "wrong passphrase: no key slot opens" \
+expect_fail_with "wrong passphrase: no key slot of volume [0-9a-f]{32} opens" \
   "$LUNGATE" verify --passphrase-file "$wrong" "$url/1"
 "$LUNGATE" verify --passphrase-file "$pass" "$url/1" >/dev/null || fail "verify with the passphrase"
 # The passphrase from standard input.
@@ -32,6 +32,22 @@ expect_fail_with "wrong passphrase: no key slot opens" \
 "$LUNGATE" key add --passphrase-file "$pass" --new-key-file "$key" "$url/1" \
   || fail "key add"
 "$LUNGATE" key list "$url/1" | grep -q "^slot 1: key-file" || fail "list after add"
+# Testing a key short of a full verify (issue 30, item 15): key test
+# names the slot it opens; key list with a key marks it, and a wrong key
+# fails both (key list --key-file WRONG exited 0).
+"$LUNGATE" key test --key-file "$key" "$url/1" | grep -q "the key opens key slot 1" \
+  || fail "key test: not slot 1"
+"$LUNGATE" key test --passphrase-file "$pass" "$url/1" \
+  | grep -q "the passphrase opens key slot 0" || fail "key test: passphrase not slot 0"
+"$LUNGATE" key list --key-file "$key" "$url/1" \
+  | grep -qx "slot 1: key-file (opens with the key given)" || fail "key list --key-file: slot 1 not marked"
+head -c 32 /dev/urandom >"$TGT_DIR/wrong.key"
+expect_exit 1 "wrong key: no key slot of volume [0-9a-f]{32} opens" \
+  "$LUNGATE" key test --key-file "$TGT_DIR/wrong.key" "$url/1"
+expect_exit 1 "wrong key" "$LUNGATE" key list --key-file "$TGT_DIR/wrong.key" "$url/1"
+expect_exit 2 "give a key" "$LUNGATE" key test "$url/1"
+expect_exit 1 "key file /nonexistent/k: No such file" \
+  "$LUNGATE" key test --key-file /nonexistent/k "$url/1"
 expect_fail_with "wrong passphrase" \
   "$LUNGATE" key add --passphrase-file "$wrong" --new-key-file "$key" "$url/1"
 

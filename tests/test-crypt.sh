@@ -69,9 +69,12 @@ if grep -q "LUNGATE-PLAINTEXT-MARKER" "$f1"; then fail "plaintext on the target 
 # Reopen: the same data with the key; wrong and missing keys refused.
 nbd_run "url=$url/1" "key-file=$key" -- nbdcopy '$uri' "$TGT_DIR/out" || fail "copy out"
 cmp "$TGT_DIR/model" "$TGT_DIR/out" || fail "data differs after reopening"
-expect_fail_with "wrong key: no key slot opens" \
+# Both name the volume's UUID (issue 30, item 15: --key-dir needs it).
+uuid=$("$LUNGATE" info "$url/1" | sed -n 's/^volume-uuid: //p')
+[ ${#uuid} = 32 ] || fail "info: no volume UUID"
+expect_fail_with "wrong key: no key slot of volume $uuid opens" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" "key-file=$bad" --run true
-expect_fail_with "formatted by lungate: give its key" \
+expect_fail_with "formatted by lungate \\(volume $uuid\\): give its key.*--key-dir DIR with the key in DIR/$uuid" \
   "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" "url=$url/1" --run true
 expect_fail_with "holds no lungate header" \
   "$LUNGATE" verify --key-file "$key" "$url/3"

@@ -251,7 +251,7 @@ static void
 print_volume (struct lg_dev *d, bool json)
 {
   struct lg_header h;
-  char err[512], uuid[40];
+  char err[512], uuid[LG_UUID_HEX];
   int r;
 
   r = d->size < LG_HDR_COPY1_OFFSET + LG_HDR_SIZE
@@ -284,8 +284,7 @@ print_volume (struct lg_dev *d, bool json)
       printf ("lungate-volume: %s: %s\n", what, err);
     return;
   }
-  for (int i = 0; i < 16; i++)
-    snprintf (uuid + 2 * i, 3, "%02x", h.uuid[i]);
+  lg_header_uuid_hex (&h, uuid);
   if (json) {
     printf (", \"lungate_volume\": true, \"volume_mode\": \"%s\", "
             "\"volume_uuid\": \"%s\", \"volume_lazy\": %s, "

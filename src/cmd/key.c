@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* lungate key list|add|remove: the key slots of a lungate volume.  Main
- * thread. */
+/* lungate key list|test|add|remove: the key slots of a lungate volume.
+ * Main thread. */
 #include <config.h>
 
 #include <errno.h>
@@ -29,7 +29,10 @@ enum {
 };
 
 static const char usage[]
-    = "Usage: lungate key list [OPTIONS] URL\n"
+    = "Usage: lungate key list [OPTIONS] [--key-file F | --passphrase-file F] "
+      "URL\n"
+      "       lungate key test [OPTIONS] (--key-file F | --passphrase-file F) "
+      "URL\n"
       "       lungate key add [OPTIONS] (--key-file F | --passphrase-file F)\n"
       "                       (--new-key-file F | --new-passphrase-file F) "
       "[--slot N] URL\n"
@@ -38,8 +41,10 @@ static const char usage[]
       "                       --slot N [--force] URL\n"
       "\n"
       "Manage the key slots of a lungate volume (up to 8, each wrapping the\n"
-      "volume's master key).  list needs no key.  add and remove need a key\n"
-      "that opens the volume.  Removing the last slot makes the volume\n"
+      "volume's master key).  list needs no key; given one, it marks the\n"
+      "slot the key opens, and fails if it opens none.  test says which slot\n"
+      "the key opens, and fails if none.  add and remove need a key that\n"
+      "opens the volume.  Removing the last slot makes the volume\n"
       "unreadable forever and needs --force.  URL is a LUN URL or a file.\n"
       "\n"
       "Options:\n"
@@ -133,10 +138,10 @@ parse_args (int argc, char **argv, struct key_args *a)
   if (optind >= argc)
     return lg_usage_error ("key", "expected list, add or remove");
   a->verb = argv[optind++];
-  if (strcmp (a->verb, "list") && strcmp (a->verb, "add")
-      && strcmp (a->verb, "remove"))
+  if (strcmp (a->verb, "list") && strcmp (a->verb, "test")
+      && strcmp (a->verb, "add") && strcmp (a->verb, "remove"))
     return lg_usage_error (
-        "key", "unknown action '%s': want list, add or remove", a->verb);
+        "key", "unknown action '%s': want list, test, add or remove", a->verb);
   if ((status
        = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL or a file"))
       != 0)
@@ -160,25 +165,72 @@ parse_args (int argc, char **argv, struct key_args *a)
   return -1;
 }
 
-/* key list: the slots and their kinds. */
+/* The slot the key given opens, or -1 (err says why: a wrong key is
+ * EACCES). */
 static int
-list_slots (struct lg_dev *raw)
+key_slot (struct lg_dev *raw, const struct key_args *a, char *err,
+          size_t errlen)
+{
+  struct lg_keysrc ks
+      = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
+  struct lg_header h;
+  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+  int slot;
+
+  if (mk == NULL) {
+    snprintf (err, errlen, "%s", strerror (ENOMEM));
+    return -1;
+  }
+  slot = lg_crypt_unlock (raw, &ks, &h, mk, err, errlen);
+  sodium_memzero (&h, sizeof h);
+  sodium_free (mk);
+  return slot;
+}
+
+/* key list: the slots and their kinds; with a key, the slot it opens. */
+static int
+list_slots (struct lg_dev *raw, const struct key_args *a)
 {
   struct lg_header h;
   char err[512];
+  int opens = -1;
 
   if (lg_header_read (raw, &h, err, sizeof err) < 0) {
     lg_error ("%s", errno == ENOENT ? "no lungate header on this LUN" : err);
     return LG_EXIT_FAIL;
   }
+  if (a->keys.keyfile || a->keys.passphrase)
+    opens = key_slot (raw, a, err, sizeof err);
   for (int i = 0; i < LG_KEYSLOTS; i++) {
     if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
       printf ("slot %d: passphrase (Argon2id, opslimit %" PRIu64
-              ", memlimit %" PRIu64 " MiB)\n",
-              i, h.slots[i].opslimit, h.slots[i].memlimit >> 20);
+              ", memlimit %" PRIu64 " MiB)%s\n",
+              i, h.slots[i].opslimit, h.slots[i].memlimit >> 20,
+              i == opens ? " (opens with the key given)" : "");
     else
-      printf ("slot %d: %s\n", i, kind_name (h.slots[i].kind));
+      printf ("slot %d: %s%s\n", i, kind_name (h.slots[i].kind),
+              i == opens ? " (opens with the key given)" : "");
   }
+  if (opens < 0 && (a->keys.keyfile || a->keys.passphrase)) {
+    lg_error ("%s", err);
+    return LG_EXIT_FAIL;
+  }
+  return LG_EXIT_OK;
+}
+
+/* key test: which slot the key opens. */
+static int
+test_key (struct lg_dev *raw, const struct key_args *a)
+{
+  char err[512];
+  int slot = key_slot (raw, a, err, sizeof err);
+
+  if (slot < 0) {
+    lg_error ("%s", err);
+    return LG_EXIT_FAIL;
+  }
+  printf ("%s: the %s opens key slot %d\n", raw->name,
+          a->keys.keyfile ? "key" : "passphrase", slot);
   return LG_EXIT_OK;
 }
 
@@ -236,9 +288,12 @@ lg_cmd_key (int argc, char **argv)
   if ((status = parse_args (argc, argv, &a)) >= 0)
     goto out;
   status = LG_EXIT_FAIL;
-  raw = lg_cmd_open (&a.u, a.path, &a.login, 1, strcmp (a.verb, "list") == 0);
+  raw = lg_cmd_open (&a.u, a.path, &a.login, 1,
+                     strcmp (a.verb, "list") == 0
+                         || strcmp (a.verb, "test") == 0);
   if (raw != NULL)
-    status = strcmp (a.verb, "list") == 0 ? list_slots (raw)
+    status = strcmp (a.verb, "list") == 0 ? list_slots (raw, &a)
+        : strcmp (a.verb, "test") == 0    ? test_key (raw, &a)
                                           : change_slots (raw, &a);
   lg_dev_close (raw);
 

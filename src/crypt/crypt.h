@@ -25,8 +25,9 @@ struct lg_keysrc {
 uint8_t *lg_keyfile_read (const char *path);
 
 /* Reads the header of lower and unlocks it: the master key goes to mk
- * (LG_KEY_BYTES of caller's sodium memory).  -1 with errno and err:
- * ENOENT no header, EINVAL damaged header, EACCES wrong key. */
+ * (LG_KEY_BYTES of caller's sodium memory).  The key slot that opened
+ * it, or -1 with errno and err: ENOENT no header, EINVAL damaged header,
+ * EACCES wrong key. */
 int lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
                      struct lg_header *h, uint8_t *mk, char *err,
                      size_t errlen);

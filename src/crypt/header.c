@@ -266,6 +266,13 @@ lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE])
   return memcmp (buf + OFF_MAGIC, LG_HDR_MAGIC, 8) == 0;
 }
 
+void
+lg_header_uuid_hex (const struct lg_header *h, char hex[LG_UUID_HEX])
+{
+  for (int i = 0; i < LG_UUID_BYTES; i++)
+    snprintf (hex + 2 * i, 3, "%02x", h->uuid[i]);
+}
+
 #define FORMAT_MARK                                                            \
   "LUNGATE-FORMAT-UNDER-WAY\n"                                                 \
   "lungate format began here and did not finish: this LUN holds no\n"          \

@@ -93,6 +93,10 @@ void lg_header_serialize (const struct lg_header *h,
 int lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
                      struct lg_header *h, char *err, size_t errlen);
 
+/* h's UUID in hex, as info prints it and --key-dir names key files. */
+#define LG_UUID_HEX (2 * LG_UUID_BYTES + 1)
+void lg_header_uuid_hex (const struct lg_header *h, char hex[LG_UUID_HEX]);
+
 /* true if buf starts with the magic (a header, valid or not, is there). */
 bool lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE]);
 

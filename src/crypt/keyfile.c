@@ -29,7 +29,7 @@ lg_keyfile_read (const char *path)
   fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     saved = errno;
-    lg_error ("%s: %s", path, strerror (saved));
+    lg_error ("key file %s: %s", path, strerror (saved));
     errno = saved;
     return NULL;
   }
@@ -48,8 +48,8 @@ lg_keyfile_read (const char *path)
     got += (size_t) r;
   }
   if (got != LG_KEY_BYTES || read (fd, &extra, 1) != 0) {
-    lg_error ("%s: a key file holds exactly %d bytes (make one with: head "
-              "-c 32 /dev/urandom > FILE)",
+    lg_error ("key file %s: a key file holds exactly %d bytes (make one "
+              "with: head -c 32 /dev/urandom > FILE)",
               path, LG_KEY_BYTES);
     close (fd);
     sodium_free (k);
@@ -60,8 +60,8 @@ lg_keyfile_read (const char *path)
   return k;
 }
 
-/* Opens copy h with ks into mk: 0, or -1 with err (EACCES wrong key,
- * EINVAL a MAC mismatch). */
+/* Opens copy h with ks into mk: the slot that opened it, or -1 with err
+ * (EACCES wrong key, EINVAL a MAC mismatch). */
 static int
 unlock_copy (struct lg_dev *lower, const struct lg_keysrc *ks,
              const struct lg_header *h, uint8_t *mk, char *err, size_t errlen)
@@ -73,8 +73,12 @@ unlock_copy (struct lg_dev *lower, const struct lg_keysrc *ks,
   else
     slot = lg_keyslot_open_passphrase (h, ks->passphrase, mk);
   if (slot < 0) {
-    snprintf (err, errlen, "%s: wrong %s: no key slot opens with it",
-              lower->name, ks->keyfile ? "key" : "passphrase");
+    char uuid[LG_UUID_HEX];
+
+    lg_header_uuid_hex (h, uuid);
+    snprintf (err, errlen,
+              "%s: wrong %s: no key slot of volume %s opens with it",
+              lower->name, ks->keyfile ? "key" : "passphrase", uuid);
     errno = EACCES;
     return -1;
   }
@@ -88,7 +92,7 @@ unlock_copy (struct lg_dev *lower, const struct lg_keysrc *ks,
     return -1;
   }
   lg_debug ("%s: unlocked with key slot %d", lower->name, slot);
-  return 0;
+  return slot;
 }
 
 int
@@ -124,7 +128,7 @@ lg_crypt_unlock (struct lg_dev *lower, const struct lg_keysrc *ks,
     char e[256];
 
     r = unlock_copy (lower, ks, &hc[i], mk, e, sizeof e);
-    if (r == 0) {
+    if (r >= 0) {
       *h = hc[i];
       if (i > 0)
         lg_warn ("%s: the newest header copy does not open with this key "

@@ -19,6 +19,24 @@
 /* Below this a device cannot hold both header copies. */
 #define LG_STACK_MIN_VOLUME (LG_HDR_COPY1_OFFSET + LG_HDR_SIZE)
 
+/* The UUID of the volume on lower, from either header copy; -1 if none
+ * parses (lg_stack_wrap then says what is wrong). */
+static int
+volume_uuid (struct lg_dev *lower, char hex[LG_UUID_HEX])
+{
+  static const uint64_t off[2] = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
+  uint8_t buf[LG_HDR_SIZE];
+  struct lg_header h;
+
+  for (int c = 0; c < 2; c++)
+    if (lg_dev_pread (lower, buf, sizeof buf, off[c]) == 0
+        && lg_header_parse (buf, lower->size, &h, NULL, 0) == 0) {
+      lg_header_uuid_hex (&h, hex);
+      return 0;
+    }
+  return -1;
+}
+
 struct lg_dev *
 lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
                size_t md_cache_blocks, char *err, size_t errlen)
@@ -62,12 +80,15 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
     }
   }
   if (!has_key) {
+    char uuid[LG_UUID_HEX] = "?";
+
+    volume_uuid (lower, uuid);
     snprintf (err, errlen,
-              "%s: the LUN is formatted by lungate: give its "
+              "%s: the LUN is formatted by lungate (volume %s): give its "
               "key (--key-file or --passphrase-file, mount: --key-file "
-              "lunN=FILE or --key-dir; plugin: key-file=, key-file=lunN:FILE, "
-              "key-dir= or passphrase=)",
-              lower->name);
+              "lunN=FILE or --key-dir DIR with the key in DIR/%s; plugin: "
+              "key-file=, key-file=lunN:FILE, key-dir= or passphrase=)",
+              lower->name, uuid, uuid);
     saved = EACCES;
     goto fail;
   }
@@ -159,30 +180,11 @@ lun_key (const struct lg_keytab *t, int lun)
   return NULL;
 }
 
-/* The UUID of the volume on lower, from either header copy; -1 if none
- * parses (lg_stack_wrap then says what is wrong). */
-static int
-volume_uuid (struct lg_dev *lower, char hex[33])
-{
-  static const uint64_t off[2] = { LG_HDR_COPY0_OFFSET, LG_HDR_COPY1_OFFSET };
-  uint8_t buf[LG_HDR_SIZE];
-  struct lg_header h;
-
-  for (int c = 0; c < 2; c++)
-    if (lg_dev_pread (lower, buf, sizeof buf, off[c]) == 0
-        && lg_header_parse (buf, lower->size, &h, NULL, 0) == 0) {
-      for (int i = 0; i < 16; i++)
-        snprintf (hex + 2 * i, 3, "%02x", h.uuid[i]);
-      return 0;
-    }
-  return -1;
-}
-
 /* DIR/UUID, when it exists: read into *owned. */
 static const uint8_t *
 dir_key (const struct lg_keytab *t, struct lg_dev *lower, uint8_t **owned)
 {
-  char hex[33], path[4200];
+  char hex[LG_UUID_HEX], path[4200];
 
   if (t->dir == NULL || volume_uuid (lower, hex) < 0)
     return NULL;
