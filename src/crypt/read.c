@@ -32,9 +32,12 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
   else if (x->manage_dirty)
     why = "the gateway stopped uncleanly or a write failed; run lungate "
           "verify --repair";
+  else if (!x->was_dirty)
+    why = "tampered with, or the wrong volume (it was marked clean when "
+          "opened; a writer that opened it since could also explain it)";
   else
-    why = "a crash or failed write (the dirty flag is not kept here), or "
-          "tampering; run lungate verify";
+    why = "a crash or failed write (the volume is marked dirty), or "
+          "tampering; run lungate verify --repair";
   atomic_fetch_add (&x->auth_failures, n);
   lg_error ("%s: units %" PRIu64 "-%" PRIu64 " (exported bytes %" PRIu64
             "-%" PRIu64 ", 512-byte LBA %" PRIu64 "+%" PRIu64
