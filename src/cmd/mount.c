@@ -266,6 +266,26 @@ mount_source (const struct lg_url *u, char *buf, size_t len)
       *p = '_';
 }
 
+/* The lungate mount on abs, if there is one: its source into src. */
+static bool
+lungate_mount_on (const char *abs, char *src, size_t len)
+{
+  FILE *f = fopen ("/proc/self/mounts", "r");
+  char line[4096], s[1024], where[2048];
+  bool found = false;
+
+  if (f == NULL)
+    return false;
+  while (fgets (line, sizeof line, f))
+    if (sscanf (line, "%1023s %2047s", s, where) == 2
+        && strcmp (where, abs) == 0 && strncmp (s, "lungate:", 8) == 0) {
+      snprintf (src, len, "%s", s + 8);
+      found = true;
+    }
+  fclose (f);
+  return found;
+}
+
 /* DIR must be an empty directory (unless nonempty); abs gets its
  * absolute path, which the background process, in /, can still unmount. */
 static int
@@ -274,6 +294,7 @@ check_dir (const char *dir, bool nonempty, char *abs)
   struct stat st;
   DIR *d;
   struct dirent *e;
+  char src[1024];
   int n = 0;
 
   if (realpath (dir, abs) == NULL || stat (abs, &st) < 0) {
@@ -289,6 +310,12 @@ check_dir (const char *dir, bool nonempty, char *abs)
     lg_error ("%s: not a directory: the mount point must be an empty "
               "directory",
               dir);
+    return -1;
+  }
+  if (lungate_mount_on (abs, src, sizeof src)) {
+    lg_error ("%s: lungate has %s mounted there already: unmount it first "
+              "(fusermount3 -u %s), or choose another directory",
+              dir, src, dir);
     return -1;
   }
   if (nonempty || (d = opendir (abs)) == NULL)
