@@ -41,9 +41,15 @@
  * copy, or our own earlier attempt's, that a write checked before they
  * landed is about to overwrite.  So it reads the header again
  * LG_HDR_VERIFY_MS later, and counts only if there is still nothing to
- * change: by then every write checked before our read has landed, and a
- * write checked after it found the bytes we read, so was made on top of
- * them (the newest copy is chosen the same way on both sides).
+ * change: by then every write checked before our read has landed.  This
+ * is not the whole answer: a model of this scheme (a hostile review)
+ * built, by hand, two interleavings within the assumption where what
+ * reads as "nothing to change" after the wait is a copy that reappeared
+ * only for a moment, with a late write still to land (three writers, one
+ * of them crashing, or a check that ran slow).  Requiring both copies to
+ * be byte for byte what was read closes those, and starved `key add'
+ * under three gateways that open and close all the time; which to keep
+ * is written down in doc/header-updates.md.
  *
  * Threads: any; nothing shared.
  */
@@ -143,9 +149,21 @@ static int
 write_copy (struct lg_dev *dev, bool *caw, const uint8_t expect[2][LG_HDR_SIZE],
             const uint8_t *out, int c, const struct times *tm)
 {
+  uint8_t other[LG_HDR_SIZE];
   int r;
 
   if (*caw) {
+    /* The change was made from the newest copy, which may be the other
+     * one: that must still be as read too (COMPARE AND WRITE compares
+     * only the copy it writes). */
+    if (lg_dev_pread (dev, other, LG_HDR_SIZE, copy_off[1 - c]) < 0)
+      return -1;
+    r = memcmp (other, expect[1 - c], LG_HDR_SIZE) == 0;
+    sodium_memzero (other, sizeof other);
+    if (!r) {
+      errno = EAGAIN;
+      return -1;
+    }
     if (lg_dev_compare_write (dev, expect[c], out, LG_HDR_SIZE, copy_off[c])
         == 0)
       return lg_dev_flush (dev);
