@@ -59,4 +59,42 @@ interrupt repair read "$LUNGATE" verify --repair --key-file "$key" "$url"
   || fail "an interrupted verify --repair left the volume $("$LUNGATE" info "$url" | sed -n 's/^volume-state: //p')"
 "$LUNGATE" verify --repair --key-file "$key" "$url" >"$TGT_DIR/r2.out" 2>&1 \
   || { cat "$TGT_DIR/r2.out" >&2; fail "verify --repair after an interrupted one"; }
+# The hostile review of the above: a stop that comes after the last
+# check before the first write (here during the key slot's setup: the
+# last getrandom(2) before the first write, delivered by strace)
+# wrote the mark and zeroed the LUN, destroying the volume `--force' was
+# about to replace: a Ctrl-C during the passphrase step must leave the
+# LUN as it was.
+require strace cmp
+img=$TGT_DIR/vol.img
+truncate -s 16M "$img"
+"$LUNGATE" format --key-file "$key" "$img" >/dev/null 2>&1 || fail "format a file"
+cp "$img" "$img.orig"
+strace -f -qq -e trace=getrandom,pwrite64,fallocate -o "$TGT_DIR/trace" \
+  "$LUNGATE" format --force --key-file "$key" "$img" >/dev/null 2>&1 \
+  || fail "format --force under strace"
+n=$(awk '/pwrite64\(|fallocate\(/ { exit } /getrandom\(/ { n++ } END { print n + 0 }' "$TGT_DIR/trace")
+[ "$n" -ge 1 ] || { cat "$TGT_DIR/trace" >&2; fail "no getrandom before the first write"; }
+cp "$img.orig" "$img"
+rc=0
+strace -f -qq -o /dev/null -e trace=getrandom -e inject=getrandom:signal=SIGINT:when="$n" \
+  "$LUNGATE" format --force --key-file "$key" "$img" >/dev/null 2>"$TGT_DIR/late.err" || rc=$?
+cat "$TGT_DIR/late.err"
+[ "$rc" = 130 ] || fail "format stopped at its last getrandom: exit status $rc, 130 expected"
+grep -q "interrupted (SIGINT) before it wrote anything" "$TGT_DIR/late.err" \
+  || fail "format stopped before writing does not say so"
+cmp -s "$img" "$img.orig" || fail "format stopped before writing changed the LUN"
+
+# The mark proves only that a format began: data after it is still
+# refused without --force (an md superblock sits at 4 KiB), and so is a
+# header copy 1 that survived.
+"$LUNGATE" info "$img" | grep -q '^lungate-volume: yes' || fail "the volume is gone"
+printf 'LUNGATE-FORMAT-UNDER-WAY\nlungate format began here and did not finish: this LUN holds no\nvolume; lungate format starts over.\n' \
+  | dd of="$img" bs=4096 conv=notrunc,sync status=none
+expect_exit 1 "already holds a lungate header" "$LUNGATE" format --key-file "$key" "$img"
+truncate -s 0 "$img"; truncate -s 16M "$img"
+printf 'LUNGATE-FORMAT-UNDER-WAY\nlungate format began here and did not finish: this LUN holds no\nvolume; lungate format starts over.\n' \
+  | dd of="$img" bs=4096 conv=notrunc,sync status=none
+printf 'foreign' | dd of="$img" bs=1 seek=4096 conv=notrunc status=none
+expect_exit 1 "not empty" "$LUNGATE" format --key-file "$key" "$img"
 echo "test-format-signal: ok"

@@ -80,4 +80,16 @@ with_timeout 60 "$LUNGATE" mount -o ro --nonempty "$url" "$mnt2" || fail "--none
 [ -f "$mnt2/lun1" ] || fail "--nonempty did not mount"
 fusermount3 -u "$mnt2" || fail "unmount"
 [ -e "$mnt2/something" ] || fail "the directory's own file is gone"
+
+# A mount point with a space in its name (/proc/mounts writes it \040):
+# a second mount there names the first, with or without --nonempty, and
+# the same URL elsewhere names where it is mounted.
+sp="$TGT_DIR/with space"
+mkdir "$sp"
+mount_points "$sp"
+with_timeout 60 "$LUNGATE" mount -o ro "$url" "$sp" || fail "mount on a name with a space"
+expect_exit 1 "lungate has .* mounted there already" \
+  "$LUNGATE" mount -o ro --nonempty "iscsi://$TGT_PORTAL/$t" "$sp"
+expect_fail_with "mounted already on $sp " "$LUNGATE" mount -o ro "$url" "$mnt"
+fusermount3 -u "$sp" || fail "unmount"
 echo "test-reserve-mount: ok"

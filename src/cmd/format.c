@@ -79,9 +79,10 @@ zero_lun (struct lg_dev *d, uint64_t from, uint64_t len)
   return 0;
 }
 
-/* Non-zero bytes in the first MiB: a partition table or a file system. */
+/* Non-zero bytes in the first MiB from byte from: a partition table or a
+ * file system. */
 static int
-looks_used (struct lg_dev *d, bool *used)
+looks_used (struct lg_dev *d, size_t from, bool *used)
 {
   static uint8_t buf[1 << 20];
   size_t n = d->size < sizeof buf ? (size_t) d->size : sizeof buf;
@@ -89,7 +90,7 @@ looks_used (struct lg_dev *d, bool *used)
   if (lg_dev_pread (d, buf, n, 0) < 0)
     return -1;
   *used = false;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = from; i < n; i++)
     if (buf[i]) {
       *used = true;
       break;
@@ -196,16 +197,21 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
   }
   if (lg_dev_pread (raw, hb, sizeof hb, 0) < 0)
     return -1;
-  /* An earlier format that did not finish: ours to start over. */
+  /* An earlier format that did not finish: ours to start over, so far
+   * as nothing but zeroes follows the mark in the first MiB (format
+   * zeroes it before it writes the mark). */
   mark = lg_header_is_format_mark (hb);
+  if (!lg_header_has_magic (hb) && raw->size >= LG_HDR_COPY1_OFFSET + sizeof hb
+      && lg_dev_pread (raw, hb, sizeof hb, LG_HDR_COPY1_OFFSET) < 0)
+    return -1;
   if (!a->force && lg_header_has_magic (hb)) {
     lg_error ("%s: the LUN already holds a lungate header: use --force to "
               "format it again (its data is lost)",
               raw->name);
     return -1;
   }
-  if (!a->force && !mark) {
-    if (looks_used (raw, &used) < 0)
+  if (!a->force) {
+    if (looks_used (raw, mark ? sizeof hb : 0, &used) < 0)
       return -1;
     if (used) {
       lg_error ("%s: the first MiB of the LUN is not empty (a partition "
@@ -269,10 +275,22 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
     lg_error ("%s", err);
     return -1;
   }
+  /* The rest of the first MiB (header copy 1 among it) is zeroes before
+   * the mark says a format began: a mark never stands beside a valid
+   * copy or foreign data (check_lun). */
+  /* The last moment a stop leaves the LUN as it was (a Ctrl-C during a
+   * passphrase's key derivation, say). */
+  if (lg_cmd_stopped ()) {
+    lg_error ("%s: format interrupted (SIG%s) before it wrote anything",
+              raw->name, sigabbrev_np (lg_cmd_stopped ()));
+    goto out;
+  }
   lg_header_format_mark (mark);
-  if (lg_dev_pwrite (raw, mark, sizeof mark, 0, 0) < 0
+  if (lg_dev_zero (raw, LG_HDR_AREA - sizeof mark, sizeof mark, LG_MAY_TRIM) < 0
+      || lg_dev_flush (raw) < 0
+      || lg_dev_pwrite (raw, mark, sizeof mark, 0, 0) < 0
       || lg_dev_flush (raw) < 0) {
-    lg_error ("%s: writing at the start of the LUN failed: %m", raw->name);
+    lg_error ("%s: writing the first MiB of the LUN failed: %m", raw->name);
     goto out;
   }
   /* Wipe any old header copies and metadata, and (unless lazy) the data:
@@ -287,7 +305,7 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
    * someone else's data. */
   /* Except after an interrupted format (or with --force): its sealed
    * slots would read as errors, so the metadata area is wiped too. */
-  if (zero_lun (raw, sizeof mark,
+  if (zero_lun (raw, LG_HDR_AREA,
                 !a->lazy                      ? raw->size
                     : interrupted || a->force ? h->data_offset
                                               : LG_HDR_AREA)
@@ -340,11 +358,6 @@ lg_cmd_format (int argc, char **argv)
   raw = lg_cmd_open (&a.u, a.path, &a.login, 4, false);
   if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0)
     goto out;
-  if (lg_cmd_stopped ()) {
-    lg_error ("%s: format interrupted (SIG%s) before it wrote anything",
-              raw->name, sigabbrev_np (lg_cmd_stopped ()));
-    goto out;
-  }
   h.version = LG_HDR_VERSION;
   h.mode = a.mode;
   h.flags = a.lazy ? LG_HDR_FLAG_LAZY : 0;

@@ -75,7 +75,7 @@ struct key_args {
   char *new_pass;
   struct lg_url u;
   const char *path; /* a file, not a LUN URL */
-  const char *verb; /* list, add or remove */
+  const char *verb; /* list, test, add or remove */
   long slot;
   bool force;
 };
@@ -136,7 +136,7 @@ parse_args (int argc, char **argv, struct key_args *a)
     }
   }
   if (optind >= argc)
-    return lg_usage_error ("key", "expected list, add or remove");
+    return lg_usage_error ("key", "expected list, test, add or remove");
   a->verb = argv[optind++];
   if (strcmp (a->verb, "list") && strcmp (a->verb, "test")
       && strcmp (a->verb, "add") && strcmp (a->verb, "remove"))

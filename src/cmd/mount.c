@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <mntent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,19 +271,20 @@ mount_source (const struct lg_url *u, char *buf, size_t len)
 static bool
 lungate_mount_on (const char *abs, char *src, size_t len)
 {
-  FILE *f = fopen ("/proc/self/mounts", "r");
-  char line[4096], s[1024], where[2048];
+  FILE *f = setmntent ("/proc/self/mounts", "r");
+  struct mntent *m;
   bool found = false;
 
   if (f == NULL)
     return false;
-  while (fgets (line, sizeof line, f))
-    if (sscanf (line, "%1023s %2047s", s, where) == 2
-        && strcmp (where, abs) == 0 && strncmp (s, "lungate:", 8) == 0) {
-      snprintf (src, len, "%s", s + 8);
+  /* getmntent decodes the kernel's escapes (a space is \040). */
+  while ((m = getmntent (f)) != NULL)
+    if (strcmp (m->mnt_dir, abs) == 0
+        && strncmp (m->mnt_fsname, "lungate:", 8) == 0) {
+      snprintf (src, len, "%s", m->mnt_fsname + 8);
       found = true;
     }
-  fclose (f);
+  endmntent (f);
   return found;
 }
 
@@ -336,21 +338,20 @@ check_dir (const char *dir, bool nonempty, char *abs)
 static int
 check_mounted (const char *source)
 {
-  FILE *f = fopen ("/proc/self/mounts", "r");
-  char line[4096], src[1024], where[2048];
+  FILE *f = setmntent ("/proc/self/mounts", "r");
+  struct mntent *m;
   int r = 0;
 
   if (f == NULL)
     return 0;
-  while (r == 0 && fgets (line, sizeof line, f))
-    if (sscanf (line, "%1023s %2047s", src, where) == 2
-        && strcmp (src, source) == 0) {
+  while (r == 0 && (m = getmntent (f)) != NULL)
+    if (strcmp (m->mnt_fsname, source) == 0) {
       lg_error ("%s is mounted already on %s (unmount it with fusermount3 "
-                "-u %s)",
-                source + strlen ("lungate:"), where, where);
+                "-u '%s')",
+                source + strlen ("lungate:"), m->mnt_dir, m->mnt_dir);
       r = -1;
     }
-  fclose (f);
+  endmntent (f);
   return r;
 }
 

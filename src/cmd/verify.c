@@ -154,6 +154,11 @@ lg_cmd_verify (int argc, char **argv)
     lg_error ("%s: not a lungate volume", raw->name);
     goto out;
   }
+  if (lg_cmd_stopped ()) { /* during the login or the key derivation */
+    lg_error ("%s: verify interrupted (SIG%s) before it read a unit", d->name,
+              sigabbrev_np (lg_cmd_stopped ()));
+    goto out;
+  }
   lg_progress_start ("verify");
   nbad = lg_crypt_verify (d, 0, d->size / LG_UNIT_SIZE, repair, bad, progress,
                           &t);
