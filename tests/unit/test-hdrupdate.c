@@ -58,15 +58,20 @@ struct hdev {
 
 static struct hdev hd;
 
-/* Under hd.lock: make the writes still owed, oldest first. */
+/* Under hd.lock: make the writes still owed over [off, off+n), oldest
+ * first.  Only those: a read elsewhere cannot see them (lg_header_update
+ * reads the other copy just before each COMPARE AND WRITE, and paying
+ * every write there closed the window this device is for). */
 static void
-pay_owed (void)
+pay_owed (uint64_t off, size_t n)
 {
   for (;;) {
     struct owed *o = NULL;
 
     for (size_t i = 0; i < sizeof hd.owed / sizeof hd.owed[0]; i++)
-      if (hd.owed[i].used && (!o || hd.owed[i].ticket < o->ticket))
+      if (hd.owed[i].used && hd.owed[i].off < off + n
+          && off < hd.owed[i].off + hd.owed[i].n
+          && (!o || hd.owed[i].ticket < o->ticket))
         o = &hd.owed[i];
     if (!o)
       return;
@@ -80,7 +85,7 @@ h_pread (struct lg_dev *d, void *buf, size_t n, uint64_t off)
 {
   (void) d;
   pthread_mutex_lock (&hd.lock);
-  pay_owed ();
+  pay_owed (off, n);
   memcpy (buf, hd.buf + off, n);
   pthread_mutex_unlock (&hd.lock);
   return 0;
