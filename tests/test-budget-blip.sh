@@ -74,7 +74,7 @@ hostile_nbdkit ()
 {
   local mode=$1 repeat=$2 log=$3
   shift 3
-  rm -f "$TGT_DIR/arm" "$sock"
+  rm -f "$TGT_DIR/arm" "$sock" "$TGT_DIR/h.out"
   python3 -B "$tool" --port 0 --mode "$mode" --repeat "$repeat" --armed-by "$TGT_DIR/arm" \
     >"$TGT_DIR/h.out" 2>"$TGT_DIR/h.err" &
   hpid=$!
