@@ -45,6 +45,7 @@ enum {
   OPT_KEY_FILE,
   OPT_PASSPHRASE_FILE,
   OPT_PASSPHRASE_FD,
+  OPT_PASSPHRASE_PROMPT,
   OPT_TAKEOVER,
   OPT_SHARED,
   OPT_LOGIN_LAST,
@@ -78,8 +79,9 @@ enum {
 #define LG_KEY_OPTIONS                                                         \
   { "key-file", required_argument, NULL, OPT_KEY_FILE },                       \
       { "passphrase-file", required_argument, NULL, OPT_PASSPHRASE_FILE },     \
+      { "passphrase-fd", required_argument, NULL, OPT_PASSPHRASE_FD },         \
   {                                                                            \
-    "passphrase-fd", required_argument, NULL, OPT_PASSPHRASE_FD                \
+    "passphrase-prompt", no_argument, NULL, OPT_PASSPHRASE_PROMPT              \
   }
 
 /* The commands that write: --takeover (lg_cmd_claim_flags). */
@@ -99,6 +101,9 @@ struct lg_keytab;
 struct lg_cmd_keys {
   uint8_t *keyfile;
   char *passphrase;
+  /* --passphrase-prompt, or --passphrase-file - on a terminal: ask
+   * (lg_cmd_keys_ask) once the options are all read. */
+  bool prompt;
   /* Where set (mount), --key-file lunN=FILE keys LUN N (dev/stack.h). */
   struct lg_keytab *tab;
 };
@@ -108,6 +113,18 @@ struct lg_cmd_keys {
  * (a key file that cannot be read). */
 int lg_key_option (struct lg_cmd_keys *k, int c, const char *arg);
 void lg_cmd_keys_clear (struct lg_cmd_keys *k);
+
+/* A passphrase was given or is to be asked for. */
+bool lg_cmd_keys_passphrase (const struct lg_cmd_keys *k);
+
+/* Where a passphrase is to be asked for, asks on the terminal without
+ * echo, naming what (the URL) it opens; twice where it creates a key
+ * slot.  0, or LG_EXIT_FAIL (reported: no terminal, the two differ). */
+int lg_cmd_keys_ask (struct lg_cmd_keys *k, const char *what, bool twice);
+
+/* For a new passphrase: --new-passphrase-file ARG (ask if ARG is '-' on a
+ * terminal: *prompt set, NULL returned, no error) or read it. */
+char *lg_cmd_new_passphrase (const char *arg, bool *prompt);
 
 /* A login option, -v or -q, --takeover or --shared, or (keys not NULL) a
  * key option: 1 handled, 0 not one of them, or (reported) minus the exit

@@ -171,12 +171,16 @@ parse_args (int argc, char **argv, struct format_args *a)
        = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL or a file"))
       != 0)
     return status;
-  if ((a->keys.keyfile == NULL) == (a->keys.passphrase == NULL))
+  if ((a->keys.keyfile == NULL) == !lg_cmd_keys_passphrase (&a->keys))
     return lg_usage_error ("format",
-                           "give one of --key-file and --passphrase-file");
+                           "give one of --key-file, "
+                           "--passphrase-file and "
+                           "--passphrase-prompt");
   if ((status = lg_cmd_prepare_lun ("format", argv[optind], &a->u, &a->login,
                                     &a->path))
       != 0)
+    return status;
+  if ((status = lg_cmd_keys_ask (&a->keys, argv[optind], true)) != 0)
     return status;
   return -1;
 }

@@ -24,6 +24,7 @@
 enum {
   OPT_NEW_KEY_FILE = OPT_LOGIN_LAST + 1,
   OPT_NEW_PASSPHRASE_FILE,
+  OPT_NEW_PASSPHRASE_PROMPT,
   OPT_SLOT,
   OPT_FORCE,
 };
@@ -50,6 +51,9 @@ static const char usage[]
       "Options:\n"
       "  --new-key-file FILE          add: the new 32-byte key file\n"
       "  --new-passphrase-file FILE   add: the new passphrase\n"
+      "  --new-passphrase-prompt      add: ask for it on the terminal,\n"
+      "                               twice (also with\n"
+      "                               --new-passphrase-file - on one)\n"
       "  --slot N                     add: the slot to use (default: the "
       "first\n"
       "                               free one); remove: the slot to empty\n"
@@ -73,6 +77,7 @@ struct key_args {
   struct lg_cmd_keys keys;
   uint8_t *new_key;
   char *new_pass;
+  bool new_prompt; /* ask for new_pass (twice) */
   struct lg_url u;
   const char *path; /* a file, not a LUN URL */
   const char *verb; /* list, test, add or remove */
@@ -91,6 +96,7 @@ parse_args (int argc, char **argv, struct key_args *a)
     LG_KEY_OPTIONS,
     { "new-key-file", required_argument, NULL, OPT_NEW_KEY_FILE },
     { "new-passphrase-file", required_argument, NULL, OPT_NEW_PASSPHRASE_FILE },
+    { "new-passphrase-prompt", no_argument, NULL, OPT_NEW_PASSPHRASE_PROMPT },
     { "slot", required_argument, NULL, OPT_SLOT },
     { "force", no_argument, NULL, OPT_FORCE },
     { "help", no_argument, NULL, 'h' },
@@ -115,9 +121,14 @@ parse_args (int argc, char **argv, struct key_args *a)
       break;
     case OPT_NEW_PASSPHRASE_FILE:
       lg_secret_free (a->new_pass);
-      a->new_pass = lg_secret_from_file (optarg);
-      if (a->new_pass == NULL)
+      a->new_pass = lg_cmd_new_passphrase (optarg, &a->new_prompt);
+      if (a->new_pass == NULL && !a->new_prompt)
         return LG_EXIT_FAIL;
+      break;
+    case OPT_NEW_PASSPHRASE_PROMPT:
+      lg_secret_free (a->new_pass);
+      a->new_pass = NULL;
+      a->new_prompt = true;
       break;
     case OPT_SLOT:
       if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &a->slot) < 0) {
@@ -147,21 +158,32 @@ parse_args (int argc, char **argv, struct key_args *a)
       != 0)
     return status;
   if (strcmp (a->verb, "list") != 0 && a->keys.keyfile == NULL
-      && a->keys.passphrase == NULL)
+      && !lg_cmd_keys_passphrase (&a->keys))
     return lg_usage_error ("key",
                            "give a key that opens the volume "
-                           "(--key-file or --passphrase-file)");
+                           "(--key-file, --passphrase-file or "
+                           "--passphrase-prompt)");
   if (strcmp (a->verb, "add") == 0
-      && (a->new_key == NULL) == (a->new_pass == NULL))
+      && (a->new_key == NULL) == (a->new_pass == NULL && !a->new_prompt))
     return lg_usage_error ("key",
-                           "add: give one of --new-key-file and "
-                           "--new-passphrase-file");
+                           "add: give one of --new-key-file, "
+                           "--new-passphrase-file and "
+                           "--new-passphrase-prompt");
   if (strcmp (a->verb, "remove") == 0 && a->slot < 0)
     return lg_usage_error ("key", "remove: give --slot N");
   if ((status
        = lg_cmd_prepare_lun ("key", argv[optind], &a->u, &a->login, &a->path))
-      != 0)
+          != 0
+      || (status = lg_cmd_keys_ask (&a->keys, argv[optind], false)) != 0)
     return status;
+  if (strcmp (a->verb, "add") == 0 && a->new_prompt && a->new_pass == NULL) {
+    char prompt[512];
+
+    snprintf (prompt, sizeof prompt, "New passphrase for %s: ", argv[optind]);
+    a->new_pass = lg_secret_prompt_twice (prompt, "Verify passphrase: ");
+    if (a->new_pass == NULL)
+      return LG_EXIT_FAIL;
+  }
   return -1;
 }
 

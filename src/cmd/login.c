@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -217,7 +218,10 @@ const char lg_key_help[]
       "  --key-file FILE              a 32-byte key file\n"
       "  --passphrase-file FILE       the passphrase: first line of FILE\n"
       "                               ('-' reads standard input)\n"
-      "  --passphrase-fd N            the passphrase from file descriptor N\n";
+      "  --passphrase-fd N            the passphrase from file descriptor N\n"
+      "  --passphrase-prompt          ask for the passphrase on the terminal\n"
+      "                               (twice where it makes a key slot;\n"
+      "                               also --passphrase-file - on one)\n";
 
 int
 lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
@@ -232,9 +236,19 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
       sodium_free (k->keyfile);
     k->keyfile = lg_keyfile_read (arg);
     return k->keyfile ? 1 : -1;
+  case OPT_PASSPHRASE_PROMPT:
+    lg_secret_free (k->passphrase);
+    k->passphrase = NULL;
+    k->prompt = true;
+    return 1;
   case OPT_PASSPHRASE_FILE:
-    return set_secret (&k->passphrase, lg_secret_from_file (arg));
+    k->prompt = false;
+    if ((k->passphrase = lg_cmd_new_passphrase (arg, &k->prompt)) != NULL
+        || k->prompt)
+      return 1;
+    return -LG_EXIT_FAIL;
   case OPT_PASSPHRASE_FD:
+    k->prompt = false;
     if (parse_int ("--passphrase-fd", arg, 0, INT_MAX, &v) < 0)
       return -LG_EXIT_USAGE;
     return set_secret (&k->passphrase,
@@ -242,6 +256,35 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
   default:
     return 0;
   }
+}
+
+char *
+lg_cmd_new_passphrase (const char *arg, bool *prompt)
+{
+  /* On a terminal a passphrase is asked for without echo (and twice
+   * where it makes a key slot), whichever way it was asked for. */
+  *prompt = strcmp (arg, "-") == 0 && isatty (STDIN_FILENO);
+  return *prompt ? NULL : lg_secret_from_file (arg);
+}
+
+bool
+lg_cmd_keys_passphrase (const struct lg_cmd_keys *k)
+{
+  return k->passphrase != NULL || k->prompt;
+}
+
+int
+lg_cmd_keys_ask (struct lg_cmd_keys *k, const char *what, bool twice)
+{
+  char prompt[512];
+
+  if (!k->prompt || k->passphrase)
+    return LG_EXIT_OK;
+  snprintf (prompt, sizeof prompt,
+            "%s for %s: ", twice ? "New passphrase" : "Passphrase", what);
+  k->passphrase = twice ? lg_secret_prompt_twice (prompt, "Verify passphrase: ")
+                        : lg_secret_prompt (prompt);
+  return k->passphrase ? LG_EXIT_OK : LG_EXIT_FAIL;
 }
 
 unsigned lg_cmd_claim_flags;
@@ -280,6 +323,7 @@ lg_cmd_keys_clear (struct lg_cmd_keys *k)
   lg_secret_free (k->passphrase);
   k->keyfile = NULL;
   k->passphrase = NULL;
+  k->prompt = false;
 }
 
 struct lg_dev *

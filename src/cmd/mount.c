@@ -635,7 +635,8 @@ lg_cmd_mount (int argc, char **argv)
   status = LG_EXIT_FAIL;
   if (open_log (a.log, a.foreground, &a.fo) < 0)
     goto out;
-  if ((status = lg_cmd_prepare (argv[optind], &u, &a.login)) != 0)
+  if ((status = lg_cmd_prepare (argv[optind], &u, &a.login)) != 0
+      || (status = lg_cmd_keys_ask (&a.keys, argv[optind], false)) != 0)
     goto out;
   status = LG_EXIT_FAIL;
   mount_source (&u, source, sizeof source);

@@ -127,14 +127,15 @@ lg_cmd_verify (int argc, char **argv)
       != 0)
     goto out;
   status = LG_EXIT_FAIL;
-  if (keys.keyfile == NULL && keys.passphrase == NULL) {
+  if (keys.keyfile == NULL && !lg_cmd_keys_passphrase (&keys)) {
     status = lg_usage_error ("verify",
-                             "give --key-file or "
-                             "--passphrase-file");
+                             "give --key-file, --passphrase-file "
+                             "or --passphrase-prompt");
     goto out;
   }
   if ((status = lg_cmd_prepare_lun ("verify", argv[optind], &u, &login, &path))
-      != 0)
+          != 0
+      || (status = lg_cmd_keys_ask (&keys, argv[optind], false)) != 0)
     goto out;
   status = LG_EXIT_FAIL;
   lg_cmd_catch_stop ();

@@ -118,13 +118,15 @@ lg_secret_prompt (const char *prompt)
     errno = saved;
     return NULL;
   }
-  if (write (fd, prompt, strlen (prompt))
-      < 0) { /* the prompt is a courtesy; reading still works */
-  }
+  /* Echo off before the prompt shows: what is typed once it shows is
+   * neither echoed nor flushed. */
   if (tcgetattr (fd, &old) == 0) {
     noecho = old;
     noecho.c_lflag &= ~(tcflag_t) ECHO;
     restore = tcsetattr (fd, TCSAFLUSH, &noecho) == 0;
+  }
+  if (write (fd, prompt, strlen (prompt))
+      < 0) { /* the prompt is a courtesy; reading still works */
   }
   s = read_line (fd, "terminal");
   saved = errno;
@@ -134,6 +136,34 @@ lg_secret_prompt (const char *prompt)
   close (fd);
   errno = saved;
   return s;
+}
+
+char *
+lg_secret_prompt_twice (const char *prompt, const char *again)
+{
+  char *a = lg_secret_prompt (prompt), *b;
+  size_t len;
+  int saved;
+
+  if (a == NULL)
+    return NULL;
+  b = lg_secret_prompt (again);
+  if (b == NULL) {
+    saved = errno;
+    lg_secret_free (a);
+    errno = saved;
+    return NULL;
+  }
+  len = strlen (a);
+  if (len != strlen (b) || sodium_memcmp (a, b, len) != 0) {
+    lg_error ("the two passphrases differ: nothing was changed");
+    lg_secret_free (a);
+    lg_secret_free (b);
+    errno = EINVAL;
+    return NULL;
+  }
+  lg_secret_free (b);
+  return a;
 }
 
 char *

@@ -19,6 +19,10 @@ char *lg_secret_from_fd (int fd, const char *what);
 char *lg_secret_prompt (const char *prompt);
 char *lg_secret_dup (const char *s);
 
+/* Asks twice (prompt, then again) and fails (EINVAL, logged) unless both
+ * answers are the same: for a secret being set. */
+char *lg_secret_prompt_twice (const char *prompt, const char *again);
+
 /* Wipes and frees; NULL is fine. */
 void lg_secret_free (char *secret);
 
