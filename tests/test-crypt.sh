@@ -27,7 +27,7 @@ f2=$(tgt_lun_file 1 2)
 expect_fail_with "already holds a lungate header" \
   "$LUNGATE" format --key-file "$key" "$url/1"
 printf 'not empty' | dd of="$f2" bs=1 seek=100000 conv=notrunc status=none
-expect_fail_with "first MiB of the LUN is not empty" \
+expect_fail_with "already holds data in its first MiB \\(not a signature lungate knows\\)" \
   "$LUNGATE" format --key-file "$key" "$url/2"
 expect_fail_with "exactly 32 bytes" \
   "$LUNGATE" format --key-file /dev/null "$url/2"

@@ -98,5 +98,5 @@ truncate -s 0 "$img"; truncate -s 16M "$img"
 printf 'LUNGATE-FORMAT-UNDER-WAY\nlungate format began here and did not finish: this LUN holds no\nvolume; lungate format starts over.\n' \
   | dd of="$img" bs=4096 conv=notrunc,sync status=none
 printf 'foreign' | dd of="$img" bs=1 seek=4096 conv=notrunc status=none
-expect_exit 1 "not empty" "$LUNGATE" format --key-file "$key" "$img"
+expect_exit 1 "already holds data in its first MiB" "$LUNGATE" format --key-file "$key" "$img"
 echo "test-format-signal: ok"

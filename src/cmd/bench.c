@@ -215,40 +215,6 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
   return 0;
 }
 
-/* Signatures of things worth keeping: a lungate header, a partition
- * table, a file system, LVM, LUKS, swap.  buf holds the first 128 KiB. */
-static const char *
-signature (const uint8_t *buf, size_t len)
-{
-  static const struct {
-    size_t off;
-    const char *magic;
-    size_t n;
-    const char *what;
-  } sig[] = {
-    { 0, "LUKS\xba\xbe", 6, "a LUKS volume" },
-    { 0, "XFSB", 4, "an XFS file system" },
-    { 512, "EFI PART", 8, "a GPT partition table" },
-    { 4096, "EFI PART", 8, "a GPT partition table" },
-    { 512 + 0, "LABELONE", 8, "an LVM physical volume" },
-    { 1024 + 56, "\x53\xef", 2, "an ext2/3/4 file system" },
-    { 65536 + 64, "_BHRfS_M", 8, "a Btrfs file system" },
-    { 4096 - 10, "SWAPSPACE2", 10, "a swap area" },
-    { 3, "NTFS    ", 8, "an NTFS file system" },
-    { 82, "FAT32   ", 8, "a FAT file system" },
-  };
-
-  if (lg_header_has_magic (buf))
-    return "a lungate header";
-  for (size_t i = 0; i < sizeof sig / sizeof sig[0]; i++)
-    if (sig[i].off + sig[i].n <= len
-        && memcmp (buf + sig[i].off, sig[i].magic, sig[i].n) == 0)
-      return sig[i].what;
-  if (len >= 512 && buf[510] == 0x55 && buf[511] == 0xaa)
-    return "a DOS partition table or boot sector";
-  return NULL;
-}
-
 /* A throw-away crypt volume over raw: a header in memory only (never
  * written), a random key, lazy metadata (units are written before they
  * are read). */
@@ -529,7 +495,7 @@ check_writable (struct lg_dev *raw, const struct bench_args *a)
     return 0;
   if (lg_dev_pread (raw, head, n, 0) < 0)
     return -1;
-  if ((what = signature (head, n)) != NULL) {
+  if ((what = lg_cmd_signature (head, n)) != NULL) {
     lg_error ("%s: the LUN holds %s: --write would destroy it; use "
               "--force to run anyway",
               raw->name, what);

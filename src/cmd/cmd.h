@@ -114,6 +114,16 @@ struct lg_cmd_keys {
 int lg_key_option (struct lg_cmd_keys *k, int c, const char *arg);
 void lg_cmd_keys_clear (struct lg_cmd_keys *k);
 
+/* What the first bytes of a LUN (len of them, 128 KiB is enough) say it
+ * holds: "a lungate volume", "an ext2/3/4 file system", ...; NULL if
+ * nothing known. */
+const char *lg_cmd_signature (const uint8_t *buf, size_t len);
+
+/* Before destroying something: on a terminal (standard input is one),
+ * prints question and asks to type YES.  1 yes, -1 anything else (or a
+ * stop signal), 0 no terminal to ask on. */
+int lg_cmd_confirm (const char *question);
+
 /* A passphrase was given or is to be asked for. */
 bool lg_cmd_keys_passphrase (const struct lg_cmd_keys *k);
 

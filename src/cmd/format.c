@@ -19,7 +19,13 @@
 #include "util/log.h"
 #include "util/progress.h"
 
-enum { OPT_MODE = OPT_LOGIN_LAST + 1, OPT_LAZY, OPT_FORCE, OPT_ARGON2 };
+enum {
+  OPT_MODE = OPT_LOGIN_LAST + 1,
+  OPT_LAZY,
+  OPT_FORCE,
+  OPT_BATCH,
+  OPT_ARGON2
+};
 
 static const char usage[]
     = "Usage: lungate format [OPTIONS] [--mode aead|mac] (--key-file F | "
@@ -40,7 +46,10 @@ static const char usage[]
       "                               moderate)\n"
       "  --force                      format a LUN that holds a lungate "
       "header\n"
-      "                               or looks in use\n"
+      "                               or looks in use, without asking\n"
+      "  --batch                      never ask (on a terminal, format asks\n"
+      "                               before it destroys what a LUN holds);\n"
+      "                               refuse instead unless --force\n"
       "  --takeover                   the gateway holding the LUN is gone:\n"
       "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
@@ -82,17 +91,19 @@ zero_lun (struct lg_dev *d, uint64_t from, uint64_t len)
 /* Non-zero bytes in the first MiB from byte from: a partition table or a
  * file system. */
 static int
-looks_used (struct lg_dev *d, size_t from, bool *used)
+looks_used (struct lg_dev *d, size_t from, const char **what)
 {
   static uint8_t buf[1 << 20];
   size_t n = d->size < sizeof buf ? (size_t) d->size : sizeof buf;
 
   if (lg_dev_pread (d, buf, n, 0) < 0)
     return -1;
-  *used = false;
+  *what = NULL;
   for (size_t i = from; i < n; i++)
     if (buf[i]) {
-      *used = true;
+      *what = lg_cmd_signature (buf, n);
+      if (*what == NULL)
+        *what = "data in its first MiB (not a signature lungate knows)";
       break;
     }
   return 0;
@@ -106,7 +117,7 @@ struct format_args {
   const char *path; /* a file, not a LUN URL */
   uint32_t mode;
   uint64_t ops, mem; /* Argon2 limits */
-  bool lazy, force;
+  bool lazy, force, batch;
 };
 
 /* The options and the LUN: -1 to go on, else the exit status. */
@@ -120,6 +131,7 @@ parse_args (int argc, char **argv, struct format_args *a)
     { "mode", required_argument, NULL, OPT_MODE },
     { "lazy", no_argument, NULL, OPT_LAZY },
     { "force", no_argument, NULL, OPT_FORCE },
+    { "batch", no_argument, NULL, OPT_BATCH },
     { "argon2", required_argument, NULL, OPT_ARGON2 },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
@@ -160,6 +172,9 @@ parse_args (int argc, char **argv, struct format_args *a)
     case OPT_FORCE:
       a->force = true;
       break;
+    case OPT_BATCH:
+      a->batch = true;
+      break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
       return LG_EXIT_OK;
@@ -180,20 +195,48 @@ parse_args (int argc, char **argv, struct format_args *a)
                                     &a->path))
       != 0)
     return status;
-  if ((status = lg_cmd_keys_ask (&a->keys, argv[optind], true)) != 0)
-    return status;
   return -1;
 }
 
-/* Refuses to destroy what looks like data unless --force, and finds the
- * geometry and whether an earlier format was interrupted.  0 or -1
- * (said why). */
+/* The LUN holds what: go on with --force; else on a terminal ask (and
+ * a yes is --force from here on); else refuse.  0 to go on, or -1 (said
+ * why). */
 static int
-check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
+may_destroy (const struct lg_dev *raw, struct format_args *a, const char *what)
+{
+  char question[512];
+  int r = 0;
+
+  if (a->force)
+    return 0;
+  if (!a->batch) {
+    snprintf (question, sizeof question,
+              "%s holds %s: lungate format destroys it.", raw->name, what);
+    r = lg_cmd_confirm (question);
+  }
+  if (r > 0) {
+    a->force = true;
+    return 0;
+  }
+  if (r < 0)
+    lg_error ("%s: not formatted: the LUN is as it was", raw->name);
+  else
+    lg_error ("%s: the LUN already holds %s: use --force to format it "
+              "anyway (its data is lost)",
+              raw->name, what);
+  return -1;
+}
+
+/* Refuses to destroy what looks like data unless --force or a yes, and
+ * finds the geometry and whether an earlier format was interrupted.  0 or
+ * -1 (said why). */
+static int
+check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
            bool *interrupted)
 {
   uint8_t hb[LG_HDR_SIZE];
-  bool used, mark;
+  const char *what;
+  bool mark;
 
   if (raw->read_only) {
     lg_error ("%s: the LUN is read-only", raw->name);
@@ -208,21 +251,14 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
   if (!lg_header_has_magic (hb) && raw->size >= LG_HDR_COPY1_OFFSET + sizeof hb
       && lg_dev_pread (raw, hb, sizeof hb, LG_HDR_COPY1_OFFSET) < 0)
     return -1;
-  if (!a->force && lg_header_has_magic (hb)) {
-    lg_error ("%s: the LUN already holds a lungate header: use --force to "
-              "format it again (its data is lost)",
-              raw->name);
+  if (lg_header_has_magic (hb)
+      && may_destroy (raw, a, "a lungate header (a volume)") < 0)
     return -1;
-  }
   if (!a->force) {
-    if (looks_used (raw, mark ? sizeof hb : 0, &used) < 0)
+    if (looks_used (raw, mark ? sizeof hb : 0, &what) < 0)
       return -1;
-    if (used) {
-      lg_error ("%s: the first MiB of the LUN is not empty (a partition "
-                "table or a file system?): use --force to format it anyway",
-                raw->name);
+    if (what && may_destroy (raw, a, what) < 0)
       return -1;
-    }
   }
   memset (h, 0, sizeof *h);
   if (lg_header_geometry (h, raw->size) < 0) {
@@ -236,12 +272,12 @@ check_lun (struct lg_dev *raw, const struct format_args *a, struct lg_header *h,
   if (lg_dev_pread (raw, hb, sizeof hb, h->md_offset) < 0)
     return -1;
   *interrupted = mark || !sodium_is_zero (hb, sizeof hb);
-  if (!a->force && !mark && *interrupted) {
-    lg_error ("%s: the LUN holds part of an interrupted lungate format "
-              "(metadata without a header): use --force to format it again",
-              raw->name);
+  if (!mark && *interrupted
+      && may_destroy (raw, a,
+                      "part of an interrupted lungate format (metadata "
+                      "without a header)")
+          < 0)
     return -1;
-  }
   return 0;
 }
 
@@ -360,7 +396,8 @@ lg_cmd_format (int argc, char **argv)
   status = LG_EXIT_FAIL;
   lg_cmd_catch_stop ();
   raw = lg_cmd_open (&a.u, a.path, &a.login, 4, false);
-  if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0)
+  if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0
+      || lg_cmd_keys_ask (&a.keys, raw->name, true) != 0)
     goto out;
   h.version = LG_HDR_VERSION;
   h.mode = a.mode;
