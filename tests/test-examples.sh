@@ -150,7 +150,7 @@ import os, re, sys
 COMMAND_WORDS = {
     "lungate", "nbdkit", "nbdinfo", "nbdcopy", "nbdsh", "nbdfuse",
     "nbd-client", "qemu-img", "qemu-io", "qemu-nbd", "qemu-system-x86_64",
-    "mkfs.ext4", "fuse2fs", "fusermount3", "e2fsck", "head", "kill", "cat",
+    "mkfs.ext4", "/sbin/mkfs.ext4", "fuse2fs", "fusermount3", "e2fsck", "head", "kill", "cat",
     "ls", "mkdir", "truncate", "dd", "cp", "install", "systemctl", "sudo",
     "unshare", "autoreconf", "./configure", "make", "dpkg-buildpackage",
     "apt", "apt-get", "fio", "iscsi-ls", "iscsi-inq", "iscsi-readcapacity16",
