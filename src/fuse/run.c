@@ -10,12 +10,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -226,6 +229,88 @@ served (struct lg_fs *fs, int fd)
     lg_debug ("chdir /: %m");
 }
 
+/* /etc/fuse.conf lets users mount with allow_other. */
+static bool
+user_allow_other (void)
+{
+  FILE *f = fopen ("/etc/fuse.conf", "re");
+  char line[256];
+  bool yes = false;
+
+  if (f == NULL)
+    return false;
+  while (!yes && fgets (line, sizeof line, f)) {
+    const char *p = line + strspn (line, " \t");
+
+    yes = strncmp (p, "user_allow_other", 16) == 0
+        && strchr (" \t\n", p[16] ? p[16] : ' ') != NULL;
+  }
+  fclose (f);
+  return yes;
+}
+
+/* Root of a user namespace whose mount namespace belongs to another user
+ * namespace (unshare -Ur without -m): it may not mount. */
+static bool
+foreign_mount_ns (void)
+{
+  struct stat mine, owner;
+  int fd, ufd;
+  bool foreign = false;
+
+  if (geteuid () != 0 || stat ("/proc/self/ns/user", &mine) < 0)
+    return false;
+  fd = open ("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  /* EPERM: the owner is an ancestor of this user namespace, out of its
+   * scope: not this one. */
+  ufd = ioctl (fd, NS_GET_USERNS);
+  if (ufd >= 0) {
+    foreign = fstat (ufd, &owner) == 0 && owner.st_ino != mine.st_ino;
+    close (ufd);
+  }
+  else
+    foreign = errno == EPERM;
+  close (fd);
+  return foreign;
+}
+
+/* Why a FUSE mount failed, as far as can be told from here. */
+static void
+mount_failed (const char *dir, bool allow_other)
+{
+  struct stat st;
+  int fd = open ("/dev/fuse", O_RDWR | O_CLOEXEC), err = errno;
+
+  if (fd < 0 && err == ENOENT)
+    lg_error ("%s: cannot mount: there is no /dev/fuse (load the fuse "
+              "module, or give the container the device)",
+              dir);
+  else if (fd < 0 && stat ("/dev/fuse", &st) == 0)
+    lg_error ("%s: cannot mount: /dev/fuse: %s (mode %04o, owner uid %u): "
+              "this user may not use FUSE; root can make it mode 0666, "
+              "as usual",
+              dir, strerror (err), (unsigned) (st.st_mode & 07777),
+              (unsigned) st.st_uid);
+  else if (fd < 0)
+    lg_error ("%s: cannot mount: /dev/fuse: %s", dir, strerror (err));
+  else if (foreign_mount_ns ())
+    lg_error ("%s: cannot mount: this user namespace has no mount "
+              "namespace of its own (unshare -Urm, with -m)",
+              dir);
+  else if (allow_other && geteuid () != 0 && !user_allow_other ())
+    lg_error ("%s: cannot mount: -o allow_other needs user_allow_other in "
+              "/etc/fuse.conf (root adds it), or mount without it",
+              dir);
+  else
+    lg_error ("%s: cannot mount (see above; is fusermount3 installed "
+              "and set-user-ID root?)",
+              dir);
+  if (fd >= 0)
+    close (fd);
+}
+
 int
 lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
            bool foreground, int (*ready) (struct lg_fs *, void *), void *opaque)
@@ -248,7 +333,11 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     return -1;
   }
   if (fuse_session_mount (se, dir) != 0) {
-    lg_error ("%s: cannot mount (is /dev/fuse usable?)", dir);
+    bool allow_other = false;
+
+    for (int i = 0; i < fuse_argc; i++)
+      allow_other |= strstr (fuse_argv[i], "allow_other") != NULL;
+    mount_failed (dir, allow_other);
     goto out_destroy;
   }
   /* The handlers first: a signal while ready() waits (a claim waits for

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Why a mount failed, told right (issue 30, item 4): as user nobody with
+# /dev/fuse at mode 0600, in unshare -Ur without a mount namespace, and
+# with -o allow_other where /etc/fuse.conf lacks user_allow_other; and
+# that unshare -Urm needs no helper, as README says.  (Before: each said
+# "cannot mount (is /dev/fuse usable?)".)  /dev/fuse and /etc/fuse.conf
+# are replaced in a private mount namespace only.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+require setpriv unshare fusermount3 mknod
+[ "$(id -u)" -eq 0 ] || skip "needs root to become user nobody"
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+tgt_start
+iqn=iqn.2026-12.org.lungate:hints
+tgt_add_target 1 "$iqn"
+tgt_add_lun 1 1 16M
+tgt_allow 1 ALL
+url=iscsi://$TGT_PORTAL/$iqn/1
+
+# A directory nobody can use, with lungate in it (the build tree may be
+# in a directory nobody cannot enter).
+w=$(mktemp -d /tmp/lungate-hints.XXXXXX) || fail "mktemp"
+on_exit rm -rf "$w"
+chmod 755 "$w"
+cp "$LUNGATE" "$w/lungate"
+mkdir -m 777 "$w/m"
+mknod -m 600 "$w/fuse" c 10 229
+: >"$w/fuse.conf"
+on_exit fusermount3 -u -z "$w/m"
+
+# as_nobody [SETUP] -- CMD...: CMD as user nobody, after SETUP (run as
+# root in a private mount namespace); its stderr in $w/err.
+as_nobody ()
+{
+  local setup=$1 rc=0
+  shift
+  with_timeout 60 unshare -m sh -c "$setup"' exec "$@"' sh \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$@" >"$w/out" 2>"$w/err" \
+    || rc=$?
+  return "$rc"
+}
+# hint WHAT PATTERN SETUP CMD...: the mount fails, and says PATTERN.
+hint ()
+{
+  local what=$1 pat=$2 setup=$3
+  shift 3
+  if as_nobody "$setup" "$@"; then
+    fail "$what: the mount succeeded"
+  fi
+  grep -Eq -- "$pat" "$w/err" || { cat "$w/err"; fail "$what: no /$pat/"; }
+  echo "$what: $(grep 'cannot mount' "$w/err")"
+}
+
+hint "/dev/fuse at 0600" "/dev/fuse: Permission denied \\(mode 0600, owner uid 0\\).*root can make it mode 0666" \
+  "mount --bind $w/fuse /dev/fuse &&" \
+  "$w/lungate" mount -f "$url" "$w/m"
+hint "unshare -Ur" "no mount namespace of its own \\(unshare -Urm, with -m\\)" "" \
+  unshare -Ur "$w/lungate" mount -f "$url" "$w/m"
+hint "allow_other" "allow_other needs user_allow_other in /etc/fuse.conf" \
+  "mount --bind $w/fuse.conf /etc/fuse.conf &&" \
+  "$w/lungate" mount -f -o allow_other,default_permissions "$url" "$w/m"
+
+# unshare -Urm: no helper, and it works.
+as_nobody "" unshare -Urm sh -c \
+  "'$w/lungate' mount --log stderr '$url' '$w/m' && ls '$w/m' && umount '$w/m'" \
+  || { cat "$w/err"; fail "unshare -Urm: the mount failed"; }
+grep -qx lun1 "$w/out" || { cat "$w/out" "$w/err"; fail "unshare -Urm: no lun1"; }
+echo "test-fuse-hints: ok"
