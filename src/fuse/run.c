@@ -133,41 +133,62 @@ sync_files (struct lg_fs *fs)
   }
 }
 
-static void
-sync_and_exit (struct lg_fs *fs)
+/* The first signal: write back what is cached, waiting for the target
+ * as any request does (within the outage budget: a slow target is no
+ * reason to lose what write(2) returned for), then end the session. */
+static void *
+sync_and_exit (void *arg)
 {
-  lg_info ("%s: signalled: writing back what is cached, then unmounting",
-           fs->dir);
-  stop_once (fs);
+  struct lg_fs *fs = arg;
+
   if (!fs->o.read_only)
     sync_files (fs);
+  stop_once (fs);
   fuse_session_exit (fs->se);
   pthread_kill (fs->main_tid, SIGUSR2);
+  return NULL;
 }
 
 /* The signal thread; it also notices the session ending otherwise (an
  * unmount) and runs on_stop then, since libfuse's loop returns only once
- * its workers are done, and a worker may wait for a target that is gone. */
+ * its workers are done, and a worker may wait for a target that is gone.
+ * A second signal while the first writes back gives up on the target
+ * (on_stop): what still waits fails, and is logged as lost. */
 static void *
 watch_exit (void *arg)
 {
   struct lg_fs *fs = arg;
   struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
+  pthread_t syncer;
+  bool syncing = false;
 
   while (atomic_load (&fs->serving)) {
+    unsigned char c;
+
     if (fuse_session_exited (fs->se)) {
       stop_once (fs);
       break;
     }
-    if (poll (&pfd, 1, 100) > 0) {
-      unsigned char c;
-
-      if (read (sig_pipe[0], &c, 1) == 1 && c != 0) {
-        sync_and_exit (fs);
-        break;
-      }
+    if (poll (&pfd, 1, 100) <= 0 || read (sig_pipe[0], &c, 1) != 1 || c == 0)
+      continue;
+    if (syncing) {
+      lg_warn ("%s: second signal (SIG%s): no longer waiting for the "
+               "target; what is not written back yet is lost",
+               fs->dir, sigabbrev_np (c));
+      stop_once (fs);
+      continue;
+    }
+    lg_info ("%s: signalled (SIG%s): writing back what is cached, then "
+             "unmounting (a second signal stops waiting for the target)",
+             fs->dir, sigabbrev_np (c));
+    syncing = pthread_create (&syncer, NULL, sync_and_exit, fs) == 0;
+    if (!syncing) {
+      sync_and_exit (fs);
+      break;
     }
   }
+  if (syncing)
+    pthread_join (syncer, NULL);
   return NULL;
 }
 
