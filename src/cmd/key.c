@@ -37,6 +37,10 @@ static const char usage[]
       "       lungate key add [OPTIONS] (--key-file F | --passphrase-file F)\n"
       "                       (--new-key-file F | --new-passphrase-file F) "
       "[--slot N] URL\n"
+      "       lungate key change [OPTIONS] (--key-file F | --passphrase-file "
+      "F)\n"
+      "                       (--new-key-file F | --new-passphrase-file F) "
+      "URL\n"
       "       lungate key remove [OPTIONS] (--key-file F | --passphrase-file "
       "F)\n"
       "                       --slot N [--force] URL\n"
@@ -44,14 +48,17 @@ static const char usage[]
       "Manage the key slots of a lungate volume (up to 8, each wrapping the\n"
       "volume's master key).  list needs no key; given one, it marks the\n"
       "slot the key opens, and fails if it opens none.  test says which slot\n"
-      "the key opens, and fails if none.  add and remove need a key that\n"
-      "opens the volume.  Removing the last slot makes the volume\n"
+      "the key opens, and fails if none.  change puts the new key in the slot\n"
+      "the key given opens, in one header update.  add, change and remove\n"
+      "need a key that opens the volume.  Removing the last slot makes the "
+      "volume\n"
       "unreadable forever and needs --force.  URL is a LUN URL or a file.\n"
       "\n"
       "Options:\n"
-      "  --new-key-file FILE          add: the new 32-byte key file\n"
-      "  --new-passphrase-file FILE   add: the new passphrase\n"
-      "  --new-passphrase-prompt      add: ask for it on the terminal,\n"
+      "  --new-key-file FILE          add, change: the new 32-byte key file\n"
+      "  --new-passphrase-file FILE   add, change: the new passphrase\n"
+      "  --new-passphrase-prompt      add, change: ask for it on the "
+      "terminal,\n"
       "                               twice (also with\n"
       "                               --new-passphrase-file - on one)\n"
       "  --slot N                     add: the slot to use (default: the "
@@ -84,6 +91,13 @@ struct key_args {
   long slot;
   bool force;
 };
+
+/* The actions that take a new key. */
+static bool
+new_key_wanted (const char *verb)
+{
+  return strcmp (verb, "add") == 0 || strcmp (verb, "change") == 0;
+}
 
 /* The options, the action and the LUN: -1 to go on, else the exit
  * status. */
@@ -147,12 +161,14 @@ parse_args (int argc, char **argv, struct key_args *a)
     }
   }
   if (optind >= argc)
-    return lg_usage_error ("key", "expected list, test, add or remove");
+    return lg_usage_error ("key", "expected list, test, add, change or remove");
   a->verb = argv[optind++];
   if (strcmp (a->verb, "list") && strcmp (a->verb, "test")
-      && strcmp (a->verb, "add") && strcmp (a->verb, "remove"))
+      && strcmp (a->verb, "add") && strcmp (a->verb, "change")
+      && strcmp (a->verb, "remove"))
     return lg_usage_error (
-        "key", "unknown action '%s': want list, test, add or remove", a->verb);
+        "key", "unknown action '%s': want list, test, add, change or remove",
+        a->verb);
   if ((status
        = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL or a file"))
       != 0)
@@ -163,20 +179,25 @@ parse_args (int argc, char **argv, struct key_args *a)
                            "give a key that opens the volume "
                            "(--key-file, --passphrase-file or "
                            "--passphrase-prompt)");
-  if (strcmp (a->verb, "add") == 0
+  if (new_key_wanted (a->verb)
       && (a->new_key == NULL) == (a->new_pass == NULL && !a->new_prompt))
     return lg_usage_error ("key",
-                           "add: give one of --new-key-file, "
+                           "%s: give one of --new-key-file, "
                            "--new-passphrase-file and "
-                           "--new-passphrase-prompt");
+                           "--new-passphrase-prompt",
+                           a->verb);
   if (strcmp (a->verb, "remove") == 0 && a->slot < 0)
     return lg_usage_error ("key", "remove: give --slot N");
+  if (strcmp (a->verb, "change") == 0 && a->slot >= 0)
+    return lg_usage_error ("key",
+                           "change: no --slot: it changes the slot "
+                           "the key given opens");
   if ((status
        = lg_cmd_prepare_lun ("key", argv[optind], &a->u, &a->login, &a->path))
           != 0
       || (status = lg_cmd_keys_ask (&a->keys, argv[optind], false)) != 0)
     return status;
-  if (strcmp (a->verb, "add") == 0 && a->new_prompt && a->new_pass == NULL) {
+  if (new_key_wanted (a->verb) && a->new_prompt && a->new_pass == NULL) {
     char prompt[512];
 
     snprintf (prompt, sizeof prompt, "New passphrase for %s: ", argv[optind]);
@@ -267,16 +288,19 @@ change_slots (struct lg_dev *raw, const struct key_args *a)
   struct lg_header h;
   uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
   char err[512];
-  int status = LG_EXIT_FAIL;
+  int status = LG_EXIT_FAIL, opens;
 
   if (mk == NULL)
     return LG_EXIT_FAIL;
-  if (lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err) < 0) {
+  if ((opens = lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err)) < 0) {
     lg_error ("%s", err);
     goto out;
   }
   kc.add = strcmp (a->verb, "add") == 0;
-  kc.slot = a->slot;
+  kc.replace = strcmp (a->verb, "change") == 0;
+  kc.slot = kc.replace ? opens : a->slot;
+  if (kc.replace)
+    kc.old = h.slots[opens];
   kc.force = a->force;
   kc.mk = mk;
   kc.new_key = a->new_key;
@@ -288,7 +312,9 @@ change_slots (struct lg_dev *raw, const struct key_args *a)
     goto out;
   }
   printf ("%s: key slot %ld %s\n", raw->name, (long) kc.done,
-          kc.add ? "added" : "removed");
+          kc.replace   ? "changed: the old key no longer opens it"
+              : kc.add ? "added"
+                       : "removed");
   status = LG_EXIT_OK;
 
 out:

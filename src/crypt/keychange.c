@@ -17,6 +17,8 @@ key_refuse (struct lg_key_change *kc, int err)
   return -1;
 }
 
+static int seal_new (struct lg_key_change *kc, struct lg_header *h, long s);
+
 static int
 change_add (struct lg_key_change *kc, struct lg_header *h)
 {
@@ -37,6 +39,15 @@ change_add (struct lg_key_change *kc, struct lg_header *h)
     lg_error ("%s: key slot %ld is in use: remove it first", kc->name, s);
     return key_refuse (kc, EEXIST);
   }
+  return seal_new (kc, h, s);
+}
+
+/* Seals the new key in slot s (once: a later attempt reuses it). */
+static int
+seal_new (struct lg_key_change *kc, struct lg_header *h, long s)
+{
+  if (kc->new_key == NULL && kc->new_pass == NULL)
+    return key_refuse (kc, EINVAL);
   if (kc->sealed && s == kc->done)
     h->slots[s] = kc->written; /* sealed already: no second Argon2id */
   else if ((kc->new_key
@@ -53,6 +64,22 @@ change_add (struct lg_key_change *kc, struct lg_header *h)
   kc->written = h->slots[s];
   kc->sealed = true;
   return 0;
+}
+
+static int
+change_replace (struct lg_key_change *kc, struct lg_header *h)
+{
+  if (kc->sealed
+      && sodium_memcmp (&h->slots[kc->slot], &kc->written, sizeof kc->written)
+          == 0)
+    return 1; /* an earlier attempt of ours is there */
+  if (sodium_memcmp (&h->slots[kc->slot], &kc->old, sizeof kc->old) != 0) {
+    lg_error ("%s: key slot %ld changed since this command read it (another "
+              "key change?): nothing changed; run it again",
+              kc->name, kc->slot);
+    return key_refuse (kc, ESTALE);
+  }
+  return seal_new (kc, h, kc->slot);
 }
 
 static int
@@ -104,7 +131,9 @@ lg_key_change (const struct lg_header *copies, unsigned n,
     return key_refuse (kc, EACCES);
   }
   *out = copies[i];
-  r = kc->add ? change_add (kc, out) : change_remove (kc, out);
+  r = kc->replace ? change_replace (kc, out)
+      : kc->add   ? change_add (kc, out)
+                  : change_remove (kc, out);
   if (r == 0)
     lg_header_set_mac (out, kc->mk);
   return r;

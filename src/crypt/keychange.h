@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* What `lungate key add' and `lungate key remove' change in a header, as
+/* What `lungate key add', `key remove' and `key change' change in a header, as
  * an lg_header_change_fn for lg_header_update: made again, on top of what
  * another writer left, when another update got there first, without
  * adding a key twice or removing one another machine added since.  Main
@@ -15,6 +15,10 @@
  * top of whatever another writer left, if it got there first. */
 struct lg_key_change {
   bool add, force, said;
+  /* change: slot's key, old when the change began, becomes the new one
+   * (refused if another writer changed that slot since). */
+  bool replace;
+  struct lg_keyslot old;
   long slot; /* asked for; -1: the first free one */
   long done; /* the slot changed */
   const uint8_t *mk;
