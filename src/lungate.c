@@ -23,9 +23,11 @@ static const struct {
   { "info", lg_cmd_info, "show what a LUN is and what it supports" },
   { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
-  { "key", lg_cmd_key, "list, test, add or remove the key slots" },
+  { "key", lg_cmd_key, "list, test, add, change or remove the key slots" },
   { "mount", lg_cmd_mount, "mount LUNs as files (FUSE)" },
   { "bench", lg_cmd_bench, "measure a LUN, plain and through the crypt layer" },
+  { "status", lg_cmd_status, "what this host mounts and serves" },
+  { "umount", lg_cmd_umount, "unmount a mount and wait for its daemon" },
 };
 
 static void

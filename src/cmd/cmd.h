@@ -25,6 +25,11 @@ int lg_cmd_verify (int argc, char **argv);
 int lg_cmd_key (int argc, char **argv);
 int lg_cmd_mount (int argc, char **argv);
 int lg_cmd_bench (int argc, char **argv);
+int lg_cmd_status (int argc, char **argv);
+int lg_cmd_umount (int argc, char **argv);
+
+/* -v (debug; twice: every SCSI command) or -q (errors only). */
+void lg_cmd_verbosity (int c);
 
 /* Long options shared by the commands that log in (their values are >=
  * 0x100, so they do not clash with short options). */

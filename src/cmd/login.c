@@ -287,6 +287,18 @@ lg_cmd_keys_ask (struct lg_cmd_keys *k, const char *what, bool twice)
   return k->passphrase ? LG_EXIT_OK : LG_EXIT_FAIL;
 }
 
+void
+lg_cmd_verbosity (int c)
+{
+  /* As before the command (lungate.c): -v debug, twice every SCSI
+   * command; -q errors only. */
+  enum lg_log_level now = lg_log_get_level ();
+
+  lg_log_set_level (c == 'q'                 ? LG_LOG_ERROR
+                        : now < LG_LOG_DEBUG ? LG_LOG_DEBUG
+                                             : LG_LOG_TRACE);
+}
+
 unsigned lg_cmd_claim_flags;
 
 int
@@ -296,13 +308,7 @@ lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
   int r = lg_login_option (l, c, arg);
 
   if (c == 'v' || c == 'q') {
-    /* As before the command (lungate.c): -v debug, twice every SCSI
-     * command; -q errors only. */
-    enum lg_log_level now = lg_log_get_level ();
-
-    lg_log_set_level (c == 'q'                 ? LG_LOG_ERROR
-                          : now < LG_LOG_DEBUG ? LG_LOG_DEBUG
-                                               : LG_LOG_TRACE);
+    lg_cmd_verbosity (c);
     return 1;
   }
   if (c == OPT_TAKEOVER || c == OPT_SHARED) {

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "fuse/fs-int.h"
 
@@ -24,6 +25,8 @@ lg_fs_stats_text (const struct lg_fs *fs, size_t *len)
   if (f == NULL)
     return NULL;
   fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
+  fprintf (f, "# mount pid=%d mounted=%lld\n", (int) getpid (),
+           (long long) fs->mounted);
   for (int i = 0; i < fs->n; i++) {
     const struct node *nd = &fs->nodes[i];
     char path[600] = "";

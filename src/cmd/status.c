@@ -1,0 +1,523 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* lungate status: what this host mounts and serves through lungate, as
+ * far as this user can see it (iscsiadm -m session, cryptsetup status);
+ * and lungate umount DIR, the close verb.  Everything is found from the
+ * outside: the lungate mounts in /proc/self/mounts and their .stats
+ * (whose first lines name the daemon), the nbdkit processes that run the
+ * lungate plugin, and the runtime directory's files that tie reservation
+ * keys to processes (util/alive.h).  Main thread only.
+ */
+#include <config.h>
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <mntent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "util/alive.h"
+#include "util/fmt.h"
+#include "util/log.h"
+
+#define MAX_KEYS 16
+
+/* The reservation keys that process pid marked (util/alive.h). */
+static int
+keys_of (pid_t pid, uint64_t *keys, int max)
+{
+  char dir[PATH_MAX], path[PATH_MAX + 300];
+  struct dirent *e;
+  DIR *d;
+  int n = 0;
+
+  if (lg_runtime_dir (dir, sizeof dir, false) < 0
+      || (d = opendir (dir)) == NULL)
+    return 0;
+  while (n < max && (e = readdir (d)) != NULL) {
+    uint64_t key;
+    FILE *f;
+    long p = 0;
+
+    if (sscanf (e->d_name, "lungate-%16" SCNx64 ".alive", &key) != 1)
+      continue;
+    snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+    if ((f = fopen (path, "re")) == NULL)
+      continue;
+    if (fscanf (f, "%ld", &p) == 1 && p == (long) pid)
+      keys[n++] = key;
+    fclose (f);
+  }
+  closedir (d);
+  return n;
+}
+
+/* When process pid started (seconds since the epoch), or 0. */
+static time_t
+started (pid_t pid)
+{
+  char path[64], buf[1024], *p;
+  unsigned long long ticks = 0, btime = 0;
+  FILE *f;
+
+  snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+  if ((f = fopen (path, "re")) == NULL)
+    return 0;
+  p = fgets (buf, sizeof buf, f);
+  fclose (f);
+  /* After the command name (in parentheses, possibly with blanks), the
+   * 20th field is the start time in clock ticks since boot. */
+  if (p == NULL || (p = strrchr (buf, ')')) == NULL
+      || sscanf (p + 2,
+                 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                 "%*d %*d %*d %*d %*d %*d %llu",
+                 &ticks)
+          != 1)
+    return 0;
+  if ((f = fopen ("/proc/stat", "re")) == NULL)
+    return 0;
+  while (fgets (buf, sizeof buf, f))
+    if (sscanf (buf, "btime %llu", &btime) == 1)
+      break;
+  fclose (f);
+  return btime
+      ? (time_t) (btime + ticks / (unsigned long long) sysconf (_SC_CLK_TCK))
+      : 0;
+}
+
+static void
+print_time (time_t t, bool json)
+{
+  char buf[64];
+  struct tm tm;
+
+  if (json) {
+    printf ("%lld", (long long) t);
+    return;
+  }
+  if (t == 0 || gmtime_r (&t, &tm) == NULL) {
+    printf ("?");
+    return;
+  }
+  strftime (buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  printf ("%s", buf);
+}
+
+static void
+print_keys (const uint64_t *keys, int n, bool json)
+{
+  if (json) {
+    printf ("[");
+    for (int i = 0; i < n; i++)
+      printf ("%s\"0x%016" PRIx64 "\"", i ? ", " : "", keys[i]);
+    printf ("]");
+    return;
+  }
+  if (n == 0)
+    return;
+  printf ("  reservation key%s:", n > 1 ? "s" : "");
+  for (int i = 0; i < n; i++)
+    printf (" 0x%016" PRIx64, keys[i]);
+  printf ("\n");
+}
+
+/* One LUN line of .stats: "file=F lun=L size=N k=v ...". */
+static void
+print_lun (char *line, bool json, bool first)
+{
+  char *save = NULL, *tok;
+  bool firstkv = true;
+
+  line[strcspn (line, "\n")] = '\0';
+  if (!json) {
+    char file[512] = "", lun[512] = "", hs[32];
+    uint64_t size = 0, r = 0, w = 0, err = 0, rc = 0;
+
+    for (tok = strtok_r (line, " ", &save); tok;
+         tok = strtok_r (NULL, " ", &save))
+      if (sscanf (tok, "file=%511s", file) == 1
+          || sscanf (tok, "lun=%511s", lun) == 1
+          || sscanf (tok, "size=%" SCNu64, &size) == 1
+          || sscanf (tok, "read_ops=%" SCNu64, &r) == 1
+          || sscanf (tok, "write_ops=%" SCNu64, &w) == 1
+          || sscanf (tok, "errors=%" SCNu64, &err) == 1
+          || sscanf (tok, "reconnects=%" SCNu64, &rc) == 1)
+        continue;
+    printf ("  %s: %s, %s; %" PRIu64 " reads, %" PRIu64 " writes, %" PRIu64
+            " errors, %" PRIu64 " reconnections\n",
+            file, lun, lg_human_size (size, hs, sizeof hs), r, w, err, rc);
+    return;
+  }
+  printf ("%s{", first ? "" : ", ");
+  for (tok = strtok_r (line, " ", &save); tok;
+       tok = strtok_r (NULL, " ", &save)) {
+    char *eq = strchr (tok, '=');
+    bool num = true;
+
+    if (eq == NULL)
+      continue;
+    *eq = '\0';
+    for (const char *p = eq + 1; *p; p++)
+      num &= isdigit ((unsigned char) *p) != 0;
+    printf ("%s", firstkv ? "" : ", ");
+    lg_json_string (stdout, tok);
+    printf (": ");
+    if (num && eq[1])
+      printf ("%s", eq + 1);
+    else
+      lg_json_string (stdout, eq + 1);
+    firstkv = false;
+  }
+  printf ("}");
+}
+
+/* The daemon of a lungate mount on dir, from its .stats: -1 if that
+ * cannot be read (a dead mount: ENOTCONN), 0 if it does not say (an
+ * older lungate). */
+static pid_t
+mount_daemon (const char *dir, time_t *since)
+{
+  char path[PATH_MAX + 16], line[256];
+  FILE *f;
+  long pid = 0;
+  long long t = 0;
+
+  snprintf (path, sizeof path, "%s/.stats", dir);
+  *since = 0;
+  if ((f = fopen (path, "re")) == NULL)
+    return -1;
+  while (fgets (line, sizeof line, f) && line[0] == '#')
+    if (sscanf (line, "# mount pid=%ld mounted=%lld", &pid, &t) == 2)
+      break;
+  fclose (f);
+  *since = (time_t) t;
+  return (pid_t) pid;
+}
+
+static int
+print_mount (const struct mntent *m, bool json, bool first)
+{
+  char path[PATH_MAX + 16], line[8192];
+  uint64_t keys[MAX_KEYS];
+  time_t since = 0;
+  pid_t pid = mount_daemon (m->mnt_dir, &since);
+  int nkeys = pid > 0 ? keys_of (pid, keys, MAX_KEYS) : 0;
+  bool ro = hasmntopt (m, "ro") != NULL, firstlun = true;
+  FILE *f = NULL;
+
+  if (pid >= 0) {
+    snprintf (path, sizeof path, "%s/.stats", m->mnt_dir);
+    f = fopen (path, "re");
+  }
+  if (json) {
+    printf ("%s{\"dir\": ", first ? "" : ", ");
+    lg_json_string (stdout, m->mnt_dir);
+    printf (", \"source\": ");
+    lg_json_string (stdout, m->mnt_fsname + 8);
+    printf (", \"read_only\": %s, \"state\": \"%s\", \"pid\": %d, \"since\": ",
+            ro ? "true" : "false", pid >= 0 ? "serving" : "dead",
+            pid > 0 ? (int) pid : 0);
+    print_time (since, true);
+    printf (", \"reservation_keys\": ");
+    print_keys (keys, nkeys, true);
+    printf (", \"luns\": [");
+  }
+  else {
+    printf ("mount %s (%s)\n  source: %s\n", m->mnt_dir, ro ? "ro" : "rw",
+            m->mnt_fsname + 8);
+    if (pid > 0) {
+      printf ("  daemon: pid %d, since ", (int) pid);
+      print_time (since, false);
+      printf ("\n");
+    }
+    else if (pid == 0)
+      printf ("  daemon: serving (its pid is not known)\n");
+    else
+      printf ("  daemon: gone (a dead mount: fusermount3 -u %s)\n", m->mnt_dir);
+    print_keys (keys, nkeys, false);
+  }
+  while (f && fgets (line, sizeof line, f))
+    if (strncmp (line, "file=", 5) == 0) {
+      print_lun (line, json, firstlun);
+      firstlun = false;
+    }
+  if (f)
+    fclose (f);
+  if (json)
+    printf ("]}");
+  return 0;
+}
+
+/* The nbdkit processes that run the lungate plugin. */
+static int
+print_nbdkits (bool json)
+{
+  DIR *d = opendir ("/proc");
+  struct dirent *e;
+  int n = 0;
+
+  if (d == NULL)
+    return 0;
+  while ((e = readdir (d)) != NULL) {
+    char path[300], buf[8192];
+    const char *args[256];
+    size_t len, nargs = 0;
+    bool nbdkit = false, plugin = false;
+    uint64_t keys[MAX_KEYS];
+    pid_t pid = (pid_t) atoi (e->d_name);
+    FILE *f;
+    int nkeys;
+
+    if (pid <= 0)
+      continue;
+    snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
+    if ((f = fopen (path, "re")) == NULL)
+      continue;
+    len = fread (buf, 1, sizeof buf - 1, f);
+    fclose (f);
+    buf[len] = '\0';
+    for (size_t i = 0; i < len && nargs < 256; i += strlen (buf + i) + 1)
+      args[nargs++] = buf + i;
+    for (size_t i = 0; i < nargs; i++) {
+      const char *base = strrchr (args[i], '/');
+
+      base = base ? base + 1 : args[i];
+      nbdkit |= strcmp (base, "nbdkit") == 0;
+      plugin |= nbdkit
+          && (strcmp (args[i], "lungate") == 0
+              || strcmp (base, "nbdkit-lungate-plugin.so") == 0);
+    }
+    if (!plugin)
+      continue;
+    nkeys = keys_of (pid, keys, MAX_KEYS);
+    if (json) {
+      printf ("%s{\"pid\": %d, \"since\": ", n ? ", " : "", (int) pid);
+      print_time (started (pid), true);
+      printf (", \"reservation_keys\": ");
+      print_keys (keys, nkeys, true);
+      printf (", \"args\": [");
+      for (size_t i = 1; i < nargs; i++) {
+        printf ("%s", i > 1 ? ", " : "");
+        lg_json_string (stdout, args[i]);
+      }
+      printf ("]}");
+    }
+    else {
+      printf ("nbd (nbdkit) pid %d, since ", (int) pid);
+      print_time (started (pid), false);
+      printf ("\n");
+      for (size_t i = 1; i < nargs; i++)
+        if (strncmp (args[i], "url=", 4) == 0)
+          printf ("  url: %s\n", args[i] + 4);
+        else if ((strcmp (args[i], "-U") == 0
+                  || strcmp (args[i], "--unix") == 0)
+                 && i + 1 < nargs)
+          printf ("  unix socket: %s\n", args[i + 1]);
+        else if ((strcmp (args[i], "-p") == 0
+                  || strcmp (args[i], "--port") == 0)
+                 && i + 1 < nargs)
+          printf ("  port: %s\n", args[i + 1]);
+      print_keys (keys, nkeys, false);
+    }
+    n++;
+  }
+  closedir (d);
+  return n;
+}
+
+static const char status_usage[]
+    = "Usage: lungate status [--json]\n"
+      "\n"
+      "What this host mounts and serves through lungate, as far as this\n"
+      "user can see: each lungate mount (its directory, source URL,\n"
+      "daemon, reservation keys, and each LUN with its counters) and each\n"
+      "nbdkit running the lungate plugin (its URL, socket or port).\n"
+      "\n"
+      "Options:\n"
+      "  --json                       one JSON object on standard output\n"
+      "  -v, -q                       as before the command\n"
+      "  -h, --help                   this help\n";
+
+int
+lg_cmd_status (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    { "json", no_argument, NULL, OPT_JSON },
+    { "verbose", no_argument, NULL, 'v' },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  bool json = false;
+  FILE *mf;
+  struct mntent *m;
+  int c, nmounts = 0, nnbd;
+
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1)
+    switch (c) {
+    case OPT_JSON:
+      json = true;
+      break;
+    case 'v':
+    case 'q':
+      lg_cmd_verbosity (c);
+      break;
+    case 'h':
+      printf ("%s", status_usage);
+      return LG_EXIT_OK;
+    default:
+      return lg_usage_error ("status", "unknown option");
+    }
+  if (optind < argc)
+    return lg_usage_error ("status", "unexpected argument '%s'", argv[optind]);
+  if (json)
+    printf ("{\"mounts\": [");
+  if ((mf = setmntent ("/proc/self/mounts", "r")) != NULL) {
+    while ((m = getmntent (mf)) != NULL)
+      if (strncmp (m->mnt_fsname, "lungate:", 8) == 0)
+        print_mount (m, json, nmounts++ == 0);
+    endmntent (mf);
+  }
+  if (json)
+    printf ("], \"nbd\": [");
+  nnbd = print_nbdkits (json);
+  if (json)
+    printf ("]}\n");
+  else if (nmounts + nnbd == 0)
+    printf ("lungate mounts and serves nothing here (that this user can "
+            "see)\n");
+  return LG_EXIT_OK;
+}
+
+/* ---- lungate umount ---- */
+
+static const char umount_usage[]
+    = "Usage: lungate umount [OPTIONS] DIR\n"
+      "\n"
+      "Unmount a lungate mount (fusermount3 -u), then wait until its daemon\n"
+      "has written back what was cached, flushed every LUN and released\n"
+      "its reservations, and exited.\n"
+      "\n"
+      "Options:\n"
+      "  -v, -q                       as before the command\n"
+      "  -h, --help                   this help\n";
+
+/* The lungate mount on dir (its path made absolute), if any. */
+static bool
+find_mount (const char *dir, char *abs, size_t len)
+{
+  FILE *f;
+  struct mntent *m;
+  bool found = false;
+
+  if (realpath (dir, abs) == NULL) {
+    /* A dead mount cannot be resolved (ENOTCONN): take the text. */
+    if (dir[0] == '/')
+      snprintf (abs, len, "%s", dir);
+    else {
+      char cwd[PATH_MAX];
+
+      if (getcwd (cwd, sizeof cwd) == NULL)
+        return false;
+      snprintf (abs, len, "%s/%s", cwd, dir);
+    }
+  }
+  if ((f = setmntent ("/proc/self/mounts", "r")) == NULL)
+    return false;
+  while (!found && (m = getmntent (f)) != NULL)
+    found = strcmp (m->mnt_dir, abs) == 0
+        && strncmp (m->mnt_fsname, "lungate:", 8) == 0;
+  endmntent (f);
+  return found;
+}
+
+static int
+run_fusermount (const char *dir)
+{
+  pid_t pid = fork ();
+  int st;
+
+  if (pid < 0) {
+    lg_error ("fork: %m");
+    return -1;
+  }
+  if (pid == 0) {
+    execlp ("fusermount3", "fusermount3", "-u", "--", dir, (char *) NULL);
+    lg_error ("fusermount3: %m");
+    _exit (127);
+  }
+  while (waitpid (pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED (st) && WEXITSTATUS (st) == 0 ? 0 : -1;
+}
+
+int
+lg_cmd_umount (int argc, char **argv)
+{
+  static const struct option opts[] = {
+    { "verbose", no_argument, NULL, 'v' },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  char abs[PATH_MAX];
+  time_t since;
+  pid_t pid;
+  int c;
+
+  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1)
+    switch (c) {
+    case 'v':
+    case 'q':
+      lg_cmd_verbosity (c);
+      break;
+    case 'h':
+      printf ("%s", umount_usage);
+      return LG_EXIT_OK;
+    default:
+      return lg_usage_error ("umount", "unknown option");
+    }
+  if (optind == argc)
+    return lg_usage_error ("umount", "expected a mount directory");
+  if (optind + 1 < argc)
+    return lg_usage_error ("umount", "unexpected argument '%s'",
+                           argv[optind + 1]);
+  if (!find_mount (argv[optind], abs, sizeof abs)) {
+    lg_error ("%s: not a lungate mount (lungate status lists them)",
+              argv[optind]);
+    return LG_EXIT_FAIL;
+  }
+  pid = mount_daemon (abs, &since);
+  if (pid == 0)
+    lg_warn ("%s: its daemon is not known: this waits for the unmount "
+             "only",
+             abs);
+  if (run_fusermount (abs) < 0) {
+    lg_error ("%s: fusermount3 -u failed (a file open there? see above)", abs);
+    return LG_EXIT_FAIL;
+  }
+  if (pid <= 0) {
+    lg_info ("%s: unmounted%s", abs,
+             pid < 0 ? "; its daemon was already gone" : "");
+    return LG_EXIT_OK;
+  }
+  for (unsigned s = 0; kill (pid, 0) == 0 || errno != ESRCH; s++) {
+    if (s > 0 && s % 50 == 0)
+      lg_info ("%s: waiting for the daemon (pid %d) to write back and "
+               "release its LUNs (%u s)",
+               abs, (int) pid, s / 10);
+    usleep (100 * 1000);
+  }
+  lg_info ("%s: unmounted; the daemon (pid %d) has exited", abs, (int) pid);
+  return LG_EXIT_OK;
+}
