@@ -239,15 +239,20 @@ ready (struct lg_fs *fs, void *opaque)
   return 0;
 }
 
-/* Unmounted or signalled: what still waits for a target fails now rather
- * than after the outage budget. */
+/* Signalled (now false): the write-back waits for a target at most
+ * LG_FS_STOP_BUDGET_S.  Unmounted, or signalled and written back: what
+ * still waits for a target fails now rather than after the outage
+ * budget. */
 static void
-stopping (void *opaque)
+stopping (void *opaque, bool now)
 {
   struct mount_plan *m = opaque;
 
   for (size_t t = 0; t < m->ntargets; t++)
-    lg_target_abandon (m->pools[t], "unmounting");
+    if (now)
+      lg_target_abandon (m->pools[t], "unmounting");
+    else
+      lg_target_hurry (m->pools[t], LG_FS_STOP_BUDGET_S);
 }
 
 /* The mount's source in /proc/mounts: the URL without credentials, with

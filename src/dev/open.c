@@ -93,6 +93,13 @@ lg_target_abandon (struct lg_tgt *t, const char *why)
 }
 
 void
+lg_target_hurry (struct lg_tgt *t, int secs)
+{
+  if (t)
+    lg_pool_hurry (t->pool, secs);
+}
+
+void
 lg_target_close (struct lg_tgt *t)
 {
   if (t == NULL)

@@ -63,6 +63,10 @@ struct lg_dev *lg_target_open_lun (struct lg_tgt *t, int lun, unsigned flags,
 /* What still waits for the target fails now (a stop). */
 void lg_target_abandon (struct lg_tgt *t, const char *why);
 
+/* An orderly stop: the outage budget becomes at most secs
+ * (lg_session_hurry). */
+void lg_target_hurry (struct lg_tgt *t, int secs);
+
 /* Closes the sessions; the devices opened from t must be closed first.
  * NULL is fine. */
 void lg_target_close (struct lg_tgt *t);

@@ -56,7 +56,7 @@ struct lg_fs {
   /* Whole-block requests started and not yet answered (areq_done): the
    * session is not destroyed, nor a device closed, while any is. */
   atomic_uint inflight;
-  void (*on_stop) (void *opaque); /* lg_fs_on_stop */
+  void (*on_stop) (void *opaque, bool now); /* lg_fs_on_stop */
   void *stop_opaque;
   struct fuse_session *se;
   const char *dir;    /* the mount point, for syncfs at a signal */

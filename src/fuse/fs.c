@@ -101,7 +101,8 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
 }
 
 void
-lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque), void *opaque)
+lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque, bool now),
+               void *opaque)
 {
   fs->on_stop = fn;
   fs->stop_opaque = opaque;

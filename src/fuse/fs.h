@@ -25,10 +25,18 @@ struct lg_fs_opts {
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);
 
-/* fn (opaque) runs when the file system stops serving (unmounted or
- * signalled), before the requests still in flight are waited for: the
- * mount fails what waits for a target that is gone there. */
-void lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque), void *opaque);
+/* fn (opaque, true) runs once when the file system stops serving
+ * (unmounted, signalled twice, or signalled and written back), before the
+ * requests still in flight are waited for: the mount fails what waits for
+ * a target that is gone there.  fn (opaque, false) runs first on a
+ * signal, before the write-back of what the kernel caches: the mount
+ * shortens its waits for the target there (LG_FS_STOP_BUDGET_S). */
+void lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque, bool now),
+                    void *opaque);
+
+/* How long, at most, a signalled mount's write-back waits for a target
+ * (less where the outage budget is less). */
+#define LG_FS_STOP_BUDGET_S 10
 
 /* Adds a directory under parent (0: the root), returns its handle. */
 int lg_fs_add_dir (struct lg_fs *fs, int parent, const char *name);

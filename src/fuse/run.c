@@ -48,7 +48,7 @@ static void
 stop_once (struct lg_fs *fs)
 {
   if (fs->on_stop && !atomic_exchange (&fs->stopped, true))
-    fs->on_stop (fs->stop_opaque);
+    fs->on_stop (fs->stop_opaque, true);
 }
 
 /* ---- signals while serving ----
@@ -134,13 +134,16 @@ sync_files (struct lg_fs *fs)
 }
 
 /* The first signal: write back what is cached, waiting for the target
- * as any request does (within the outage budget: a slow target is no
- * reason to lose what write(2) returned for), then end the session. */
+ * as any request does (a slow target is no reason to lose what write(2)
+ * returned for), but no longer than LG_FS_STOP_BUDGET_S for a target
+ * that does not answer; then end the session. */
 static void *
 sync_and_exit (void *arg)
 {
   struct lg_fs *fs = arg;
 
+  if (fs->on_stop)
+    fs->on_stop (fs->stop_opaque, false);
   if (!fs->o.read_only)
     sync_files (fs);
   stop_once (fs);

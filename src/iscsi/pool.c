@@ -256,6 +256,15 @@ lg_pool_abandon (struct lg_pool *p, const char *why)
     lg_session_abandon (p->s[i], why);
 }
 
+void
+lg_pool_hurry (struct lg_pool *p, int secs)
+{
+  if (p == NULL)
+    return;
+  for (unsigned i = 0; i < p->n; i++)
+    lg_session_hurry (p->s[i], secs);
+}
+
 struct lg_session *
 lg_pool_session (const struct lg_pool *p, unsigned i)
 {

@@ -25,6 +25,9 @@ void lg_pool_close (struct lg_pool *p);
 /* lg_session_abandon on every session of the pool. */
 void lg_pool_abandon (struct lg_pool *p, const char *why);
 
+/* lg_session_hurry on every session of the pool. */
+void lg_pool_hurry (struct lg_pool *p, int secs);
+
 unsigned lg_pool_size (const struct lg_pool *p);
 const char *lg_pool_target (const struct lg_pool *p);
 const char *lg_pool_portal (const struct lg_pool *p);

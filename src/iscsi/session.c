@@ -741,6 +741,18 @@ lg_session_abandon (struct lg_session *s, const char *why)
 }
 
 void
+lg_session_hurry (struct lg_session *s, int secs)
+{
+  if (s == NULL)
+    return;
+  pthread_mutex_lock (&s->lock);
+  if (s->budget_s < 0 || s->budget_s > secs)
+    s->budget_s = secs;
+  pthread_mutex_unlock (&s->lock);
+  lg_s_wake (s);
+}
+
+void
 lg_session_close (struct lg_session *s)
 {
   if (s == NULL)

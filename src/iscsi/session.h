@@ -193,6 +193,12 @@ void lg_session_close (struct lg_session *s);
  * thread. */
 void lg_session_abandon (struct lg_session *s, const char *why);
 
+/* The process is stopping in order (a signalled mount writing back what
+ * it caches): the outage budget becomes at most secs (also where it was
+ * -1, for ever), so that a slow target is still waited for and a lost
+ * one is not waited for long.  Any thread. */
+void lg_session_hurry (struct lg_session *s, int secs);
+
 /* Queues cmd; it completes through cmd->waiter, whose pending count the
  * caller has already raised.  Never blocks on the network. */
 void lg_session_submit (struct lg_session *s, struct lg_cmd *cmd);
