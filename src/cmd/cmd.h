@@ -124,7 +124,7 @@ void lg_cmd_keys_clear (struct lg_cmd_keys *k);
  * nothing known. */
 const char *lg_cmd_signature (const uint8_t *buf, size_t len);
 
-/* Before destroying something: on a terminal (standard input is one),
+/* Before destroying something: on a terminal (standard input and error),
  * prints question and asks to type YES.  1 yes, -1 anything else (or a
  * stop signal), 0 no terminal to ask on. */
 int lg_cmd_confirm (const char *question);

@@ -54,7 +54,8 @@ lg_cmd_confirm (const char *question)
   size_t len = 0;
   int fd;
 
-  if (!isatty (STDIN_FILENO))
+  /* A question nobody sees (standard error in a log) is no question. */
+  if (!isatty (STDIN_FILENO) || !isatty (STDERR_FILENO))
     return 0;
   fd = open ("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
