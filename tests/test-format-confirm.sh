@@ -56,6 +56,32 @@ grep -q "^formatted " "$d/t4" || { cat "$d/t4"; fail "YES did not format"; }
 uuid=$("$LUNGATE" info "$img" | sed -n 's/^volume-uuid: //p')
 [ -n "$uuid" ] || fail "no volume after YES"
 
+# A file system past the first MiB (a partition at 1 or 2 MiB), or a
+# backup GPT at the end, is named too (the hostile review: format
+# destroyed an ext4 at 2 MiB without a word, and called one at 1 MiB an
+# interrupted format).
+for off in 1 2; do
+  p=$d/p$off.img
+  truncate -s 64M "$p"
+  mkfs.ext4 -q -F -E offset=$((off << 20)) "$p" 60M || fail "mkfs.ext4 at $off MiB"
+  s=$(md5sum <"$p")
+  expect_exit 1 "already holds an ext2/3/4 file system at $off MiB" \
+    "$LUNGATE" format --key-file "$key" "$p"
+  [ "$(md5sum <"$p")" = "$s" ] || fail "format changed the file system at $off MiB"
+done
+g=$d/gpt.img
+truncate -s 64M "$g"
+printf 'EFI PART' | dd of="$g" bs=1 seek=$(((64 << 20) - 512)) conv=notrunc status=none
+expect_exit 1 "already holds a backup GPT partition table at the end" \
+  "$LUNGATE" format --key-file "$key" "$g"
+# Ctrl-C at the passphrase prompt: the LUN as it was, the terminal with
+# its echo (pty-run says 126 otherwise), the status of SIGINT.
+z=$d/z.img
+truncate -s 16M "$z"
+tty 130 "$d/t7" --answer 'New passphrase for ' '^C' \
+  -- "$LUNGATE" format --argon2 interactive --passphrase-prompt "$z"
+cmp -s "$z" <(head -c 16M /dev/zero) || fail "format wrote after a Ctrl-C at its prompt"
+
 # A volume is named too; --force asks nothing.
 tty 1 "$d/t5" --answer 'Type YES' 'no' -- "$LUNGATE" format --key-file "$key" "$img"
 grep -q "holds a lungate header (a volume): lungate format destroys it" "$d/t5" \

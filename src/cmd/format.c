@@ -227,6 +227,48 @@ may_destroy (const struct lg_dev *raw, struct format_args *a, const char *what)
   return -1;
 }
 
+/* Past the first MiB: a file system or partition table that starts at
+ * 1, 2, 4, 8 MiB ... (a partition), a backup GPT at the end, or any other
+ * data in those places (the first MiB is looks_used's).  1 MiB is where
+ * an interrupted format of an older lungate left metadata: non-zero
+ * bytes there without a signature are left to check_lun.  0, or -1 (a
+ * read failed); *what as looks_used, into buf. */
+static int
+look_further (struct lg_dev *raw, char *buf, size_t len, const char **what)
+{
+  static uint8_t b[128 * 1024];
+  uint64_t size = raw->size;
+
+  *what = NULL;
+  for (uint64_t off = LG_HDR_AREA; off < size; off *= 2) {
+    size_t n = size - off < sizeof b ? (size_t) (size - off) : sizeof b;
+    const char *sig;
+
+    if (lg_dev_pread (raw, b, n, off) < 0)
+      return -1;
+    if ((sig = lg_cmd_signature (b, n)) == NULL && !sodium_is_zero (b, n)) {
+      if (off == LG_HDR_AREA)
+        return 0; /* metadata, maybe, which goes on further: check_lun */
+      sig = "data";
+    }
+    if (sig) {
+      snprintf (buf, len, "%s at %" PRIu64 " MiB (a partition?)", sig,
+                off >> 20);
+      *what = buf;
+      return 0;
+    }
+  }
+  if (size >= LG_HDR_AREA + 4096) {
+    if (lg_dev_pread (raw, b, 4096, size - 4096) < 0)
+      return -1;
+    if (memcmp (b + 4096 - 512, "EFI PART", 8) == 0)
+      *what = "a backup GPT partition table at the end";
+    else if (!sodium_is_zero (b, 4096))
+      *what = "data at the end of the LUN";
+  }
+  return 0;
+}
+
 /* Refuses to destroy what looks like data unless --force or a yes, and
  * finds the geometry and whether an earlier format was interrupted.  0 or
  * -1 (said why). */
@@ -235,6 +277,7 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
            bool *interrupted)
 {
   uint8_t hb[LG_HDR_SIZE];
+  char further[160];
   const char *what;
   bool mark;
 
@@ -260,6 +303,14 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
     if (what && may_destroy (raw, a, what) < 0)
       return -1;
   }
+  /* After a format mark, whatever the interrupted format had not yet
+   * zeroed was given up already. */
+  if (!a->force && !mark) {
+    if (look_further (raw, further, sizeof further, &what) < 0)
+      return -1;
+    if (what && may_destroy (raw, a, what) < 0)
+      return -1;
+  }
   memset (h, 0, sizeof *h);
   if (lg_header_geometry (h, raw->size) < 0) {
     lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
@@ -274,8 +325,8 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
   *interrupted = mark || !sodium_is_zero (hb, sizeof hb);
   if (!mark && *interrupted
       && may_destroy (raw, a,
-                      "part of an interrupted lungate format (metadata "
-                      "without a header)")
+                      "data from 1 MiB on (the metadata of an interrupted "
+                      "lungate format, or other data)")
           < 0)
     return -1;
   return 0;
