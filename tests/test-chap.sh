@@ -4,6 +4,7 @@
 # with a clear message, and secrets come from files, fds, or the URL.
 . "${srcdir:-.}/functions.sh"
 require_lungate
+require python3
 tgt_start
 t1=iqn.2026-11.org.lungate:chap-one
 t2=iqn.2026-11.org.lungate:chap-mutual
@@ -46,6 +47,20 @@ with_timeout 60 "$LUNGATE" info --user alice --password-file - \
 with_timeout 60 "$LUNGATE" info "iscsi://alice%alice-secret-12@$TGT_PORTAL/$t1/1" \
   2>"$TGT_DIR/warn" | grep -q "^size: 16777216 " || fail "secret in the URL"
 grep -q "prefer --password-file" "$TGT_DIR/warn" || fail "no warning for a URL secret"
+
+# A passphrase prompt names the LUN, never the URL's secret (the hostile
+# review saw "Passphrase for iscsi://gw%SECRET@..." on the terminal); and
+# --password-file - on a terminal asks without echo.
+pty=${srcdir:-.}/tools/pty-run.py
+python3 -B "$pty" --timeout 60 --answer 'Passphrase for ' 'whatever' \
+  -- "$LUNGATE" key test --passphrase-prompt \
+  "iscsi://alice%alice-secret-12@$TGT_PORTAL/$t1/1" >"$TGT_DIR/pty" 2>&1 || true
+grep -q "Passphrase for $t1/1: " "$TGT_DIR/pty" || { cat "$TGT_DIR/pty"; fail "no prompt naming the LUN"; }
+grep -q "alice-secret-12" "$TGT_DIR/pty" && { cat "$TGT_DIR/pty"; fail "the prompt showed the URL's CHAP secret"; }
+python3 -B "$pty" --timeout 60 --answer 'CHAP secret: ' 'alice-secret-12' \
+  -- "$LUNGATE" info --user alice --password-file - "iscsi://$TGT_PORTAL/$t1/1" \
+  >"$TGT_DIR/pty" 2>&1 || { cat "$TGT_DIR/pty"; fail "--password-file - on a terminal"; }
+grep -q "alice-secret-12" "$TGT_DIR/pty" && { cat "$TGT_DIR/pty"; fail "--password-file - echoed the secret"; }
 
 # Mutual.
 with_timeout 60 "$LUNGATE" info --user bob --password-file "$bobpw" \

@@ -61,6 +61,19 @@ hint "allow_other" "allow_other needs user_allow_other in /etc/fuse.conf" \
   "mount --bind $w/fuse.conf /etc/fuse.conf &&" \
   "$w/lungate" mount -f -o allow_other,default_permissions "$url" "$w/m"
 
+# fusermount3 reads a line with a CR, or a comment after the word, as
+# user_allow_other: then the refusal is another (a directory nobody may
+# write), and the hint must not blame fuse.conf.
+printf 'user_allow_other\r\n# a comment\n' >"$w/fuse-crlf.conf"
+mkdir -m 755 "$w/m-root"
+as_nobody "mount --bind $w/fuse-crlf.conf /etc/fuse.conf &&" \
+  "$w/lungate" mount -f -o allow_other,default_permissions "$url" "$w/m-root" \
+  && fail "a mount on a directory nobody may write succeeded"
+grep -q "cannot mount" "$w/err" || { cat "$w/err"; fail "no word on the refused mount"; }
+if grep -v '^fusermount3' "$w/err" | grep -q "user_allow_other"; then
+  cat "$w/err"; fail "a fuse.conf that allows allow_other was blamed"
+fi
+
 # unshare -Urm: no helper, and it works.
 as_nobody "" unshare -Urm sh -c \
   "'$w/lungate' mount --log stderr '$url' '$w/m' && ls '$w/m' && umount '$w/m'" \

@@ -92,6 +92,14 @@ kill -TERM "$pid"
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "the second SIGTERM did not end the mount within 30 s"
 grep -q "second signal" "$log" || { tail -5 "$log"; fail "no word on the second signal"; }
+# Nothing was given up before the second signal (the hostile review:
+# with the old code's first signal abandoning, the 3 s check above
+# could still pass).
+if awk '/second signal/ { exit } /writing back before unmounting|outage budget \(0 s\)/ { bad = 1 }
+  END { exit !bad }' "$log"; then
+  tail -12 "$log"
+  fail "the first SIGTERM gave up on the write-back"
+fi
 grep -q "writing back before unmounting: Input/output error" "$log" \
   || { tail -5 "$log"; fail "the lost write-back was not reported"; }
 kill -CONT "$TGT_PID"

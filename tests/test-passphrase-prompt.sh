@@ -52,6 +52,18 @@ grep -q "opens key slot 0" "$d/t3" || { cat "$d/t3"; fail "key test"; }
 on_tty 1 "$d/t4" --answer 'Passphrase for .*v\.img: ' "wrong horse" \
   -- "$LUNGATE" key test --passphrase-prompt "$vol"
 
+# Ctrl-C at the prompt: the status of SIGINT, and the terminal keeps its
+# echo (pty-run.py exits 126 otherwise; the hostile review found it left
+# without).  A pair of answers pasted at once is kept whole.
+on_tty 130 "$d/t4b" --answer 'Passphrase for ' '^C' \
+  -- "$LUNGATE" key test --passphrase-prompt "$vol"
+v2=$d/v2.img
+truncate -s 16M "$v2"
+on_tty 0 "$d/t4c" --answer 'New passphrase for ' $'pasted horse\npasted horse' \
+  -- "$LUNGATE" format --argon2 interactive --passphrase-prompt "$v2"
+printf 'pasted horse\n' | "$LUNGATE" key test --passphrase-file - "$v2" \
+  | grep -q "opens key slot 0" || fail "the pasted passphrase"
+
 # key add: the old passphrase once, the new one twice.
 on_tty 0 "$d/t5" --answer 'Passphrase for ' "$pass" \
   --answer 'New passphrase for ' "second horse" \

@@ -99,6 +99,19 @@ new_key_wanted (const char *verb)
   return strcmp (verb, "add") == 0 || strcmp (verb, "change") == 0;
 }
 
+/* add, change: the new passphrase, asked for twice. */
+static int
+ask_new (struct key_args *a, const char *name)
+{
+  char prompt[512];
+
+  if (!new_key_wanted (a->verb) || !a->new_prompt || a->new_pass)
+    return 0;
+  snprintf (prompt, sizeof prompt, "New passphrase for %s: ", name);
+  a->new_pass = lg_secret_prompt_twice (prompt, "Verify passphrase: ");
+  return a->new_pass ? 0 : -1;
+}
+
 /* The options, the action and the LUN: -1 to go on, else the exit
  * status. */
 static int
@@ -194,17 +207,8 @@ parse_args (int argc, char **argv, struct key_args *a)
                            "the key given opens");
   if ((status
        = lg_cmd_prepare_lun ("key", argv[optind], &a->u, &a->login, &a->path))
-          != 0
-      || (status = lg_cmd_keys_ask (&a->keys, argv[optind], false)) != 0)
+      != 0)
     return status;
-  if (new_key_wanted (a->verb) && a->new_prompt && a->new_pass == NULL) {
-    char prompt[512];
-
-    snprintf (prompt, sizeof prompt, "New passphrase for %s: ", argv[optind]);
-    a->new_pass = lg_secret_prompt_twice (prompt, "Verify passphrase: ");
-    if (a->new_pass == NULL)
-      return LG_EXIT_FAIL;
-  }
   return -1;
 }
 
@@ -339,7 +343,13 @@ lg_cmd_key (int argc, char **argv)
   raw = lg_cmd_open (&a.u, a.path, &a.login, 1,
                      strcmp (a.verb, "list") == 0
                          || strcmp (a.verb, "test") == 0);
-  if (raw != NULL)
+  /* The passphrases once the LUN is open: named by it (never by a URL
+   * with a CHAP secret in it), and not typed for a LUN that fails. */
+  if (raw != NULL
+      && (lg_cmd_keys_ask (&a.keys, raw->name, false) != 0
+          || ask_new (&a, raw->name) != 0))
+    status = LG_EXIT_FAIL;
+  else if (raw != NULL)
     status = strcmp (a.verb, "list") == 0 ? list_slots (raw, &a)
         : strcmp (a.verb, "test") == 0    ? test_key (raw, &a)
                                           : change_slots (raw, &a);

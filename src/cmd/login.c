@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +70,8 @@ parse_int (const char *opt, const char *arg, long min, long max, long *out)
   return 0;
 }
 
+static bool stdin_is_our_tty (const char *arg);
+
 static int
 set_secret (char **slot, char *s)
 {
@@ -102,9 +105,15 @@ lg_login_option (struct lg_login *l, int c, const char *arg)
   case OPT_TARGET_USER:
     return set_string (&l->target_user, arg);
   case OPT_PASSWORD_FILE:
-    return set_secret (&l->secret, lg_secret_from_file (arg));
+    return set_secret (&l->secret,
+                       stdin_is_our_tty (arg)
+                           ? lg_secret_prompt ("CHAP secret: ")
+                           : lg_secret_from_file (arg));
   case OPT_TARGET_PASSWORD_FILE:
-    return set_secret (&l->target_secret, lg_secret_from_file (arg));
+    return set_secret (&l->target_secret,
+                       stdin_is_our_tty (arg)
+                           ? lg_secret_prompt ("Target's CHAP secret: ")
+                           : lg_secret_from_file (arg));
   case OPT_PASSWORD_FD:
   case OPT_TARGET_PASSWORD_FD:
     if (parse_int ("--password-fd", arg, 0, INT_MAX, &v) < 0)
@@ -241,12 +250,15 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
     k->passphrase = NULL;
     k->prompt = true;
     return 1;
-  case OPT_PASSPHRASE_FILE:
-    k->prompt = false;
-    if ((k->passphrase = lg_cmd_new_passphrase (arg, &k->prompt)) != NULL
-        || k->prompt)
-      return 1;
-    return -LG_EXIT_FAIL;
+  case OPT_PASSPHRASE_FILE: {
+    char *p = lg_cmd_new_passphrase (arg, &k->prompt);
+
+    if (p == NULL && !k->prompt)
+      return -LG_EXIT_FAIL;
+    lg_secret_free (k->passphrase);
+    k->passphrase = p;
+    return 1;
+  }
   case OPT_PASSPHRASE_FD:
     k->prompt = false;
     if (parse_int ("--passphrase-fd", arg, 0, INT_MAX, &v) < 0)
@@ -258,12 +270,28 @@ lg_key_option (struct lg_cmd_keys *k, int c, const char *arg)
   }
 }
 
+/* '-' names standard input, and it is the terminal this process can
+ * prompt on. */
+static bool
+stdin_is_our_tty (const char *arg)
+{
+  int fd;
+
+  if (strcmp (arg, "-") != 0 || !isatty (STDIN_FILENO))
+    return false;
+  fd = open ("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return false; /* no controlling terminal: read standard input */
+  close (fd);
+  return true;
+}
+
 char *
 lg_cmd_new_passphrase (const char *arg, bool *prompt)
 {
   /* On a terminal a passphrase is asked for without echo (and twice
    * where it makes a key slot), whichever way it was asked for. */
-  *prompt = strcmp (arg, "-") == 0 && isatty (STDIN_FILENO);
+  *prompt = stdin_is_our_tty (arg);
   return *prompt ? NULL : lg_secret_from_file (arg);
 }
 
@@ -278,7 +306,7 @@ lg_cmd_keys_ask (struct lg_cmd_keys *k, const char *what, bool twice)
 {
   char prompt[512];
 
-  if (!k->prompt || k->passphrase)
+  if (!k->prompt || k->passphrase || k->keyfile)
     return LG_EXIT_OK;
   snprintf (prompt, sizeof prompt,
             "%s for %s: ", twice ? "New passphrase" : "Passphrase", what);

@@ -640,13 +640,15 @@ lg_cmd_mount (int argc, char **argv)
   status = LG_EXIT_FAIL;
   if (open_log (a.log, a.foreground, &a.fo) < 0)
     goto out;
-  if ((status = lg_cmd_prepare (argv[optind], &u, &a.login)) != 0
-      || (status = lg_cmd_keys_ask (&a.keys, argv[optind], false)) != 0)
+  if ((status = lg_cmd_prepare (argv[optind], &u, &a.login)) != 0)
     goto out;
   status = LG_EXIT_FAIL;
   mount_source (&u, source, sizeof source);
+  /* The passphrase once the directory is known good, named by the URL
+   * without its credentials. */
   if (check_dir (argv[optind + 1], a.nonempty, dir) < 0
-      || check_mounted (source) < 0)
+      || check_mounted (source) < 0
+      || lg_cmd_keys_ask (&a.keys, source + strlen ("lungate:"), false) != 0)
     goto out;
 
   m = calloc (1, sizeof *m);

@@ -134,15 +134,14 @@ lg_cmd_verify (int argc, char **argv)
     goto out;
   }
   if ((status = lg_cmd_prepare_lun ("verify", argv[optind], &u, &login, &path))
-          != 0
-      || (status = lg_cmd_keys_ask (&keys, argv[optind], false)) != 0)
+      != 0)
     goto out;
   status = LG_EXIT_FAIL;
   lg_cmd_catch_stop ();
   /* Read-only unless repairing: a scrub changes nothing, not even a
    * header copy. */
   raw = lg_cmd_open (&u, path, &login, 4, !repair);
-  if (raw == NULL)
+  if (raw == NULL || lg_cmd_keys_ask (&keys, raw->name, false) != 0)
     goto out;
   ks.keyfile = keys.keyfile;
   ks.passphrase = keys.passphrase;

@@ -8,6 +8,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
@@ -16,6 +17,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -253,22 +255,31 @@ served (struct lg_fs *fs, int fd)
     lg_debug ("chdir /: %m");
 }
 
-/* /etc/fuse.conf lets users mount with allow_other. */
-static bool
+/* /etc/fuse.conf lets users mount with allow_other: 1 yes, 0 no, -1 it
+ * cannot be read.  Read as fusermount3 reads it: a line cut at '#',
+ * blanks trimmed, then the whole of it the option's name. */
+static int
 user_allow_other (void)
 {
   FILE *f = fopen ("/etc/fuse.conf", "re");
-  char line[256];
-  bool yes = false;
+  char *line = NULL;
+  size_t cap = 0;
+  int yes = 0;
 
   if (f == NULL)
-    return false;
-  while (!yes && fgets (line, sizeof line, f)) {
-    const char *p = line + strspn (line, " \t");
+    return errno == ENOENT ? 0 : -1;
+  while (!yes && getline (&line, &cap, f) >= 0) {
+    char *p = line, *end;
 
-    yes = strncmp (p, "user_allow_other", 16) == 0
-        && strchr (" \t\n", p[16] ? p[16] : ' ') != NULL;
+    p[strcspn (p, "#")] = '\0';
+    while (isspace ((unsigned char) *p))
+      p++;
+    end = p + strlen (p);
+    while (end > p && isspace ((unsigned char) end[-1]))
+      *--end = '\0';
+    yes = strcmp (p, "user_allow_other") == 0;
   }
+  free (line);
   fclose (f);
   return yes;
 }
@@ -300,6 +311,26 @@ foreign_mount_ns (void)
   return foreign;
 }
 
+/* -o allow_other among the options (a word of its own: an fsname may
+ * hold the letters). */
+static bool
+allow_other (int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    size_t n;
+
+    if (strcmp (argv[i - 1], "-o") != 0)
+      continue;
+    for (; *o; o += n + (o[n] == ',')) {
+      n = strcspn (o, ",");
+      if (n == 11 && strncmp (o, "allow_other", 11) == 0)
+        return true;
+    }
+  }
+  return false;
+}
+
 /* Why a FUSE mount failed, as far as can be told from here. */
 static void
 mount_failed (const char *dir, bool allow_other)
@@ -323,7 +354,7 @@ mount_failed (const char *dir, bool allow_other)
     lg_error ("%s: cannot mount: this user namespace has no mount "
               "namespace of its own (unshare -Urm, with -m)",
               dir);
-  else if (allow_other && geteuid () != 0 && !user_allow_other ())
+  else if (allow_other && geteuid () != 0 && user_allow_other () == 0)
     lg_error ("%s: cannot mount: -o allow_other needs user_allow_other in "
               "/etc/fuse.conf (root adds it), or mount without it",
               dir);
@@ -357,11 +388,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     return -1;
   }
   if (fuse_session_mount (se, dir) != 0) {
-    bool allow_other = false;
-
-    for (int i = 0; i < fuse_argc; i++)
-      allow_other |= strstr (fuse_argv[i], "allow_other") != NULL;
-    mount_failed (dir, allow_other);
+    mount_failed (dir, allow_other (fuse_argc, fuse_argv));
     goto out_destroy;
   }
   /* The handlers first: a signal while ready() waits (a claim waits for

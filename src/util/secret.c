@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <termios.h>
@@ -24,9 +27,10 @@ lg_secret_free (char *secret)
     sodium_free (secret); /* wipes before freeing */
 }
 
-/* Reads at most one line from fd. */
+/* Reads at most one line from fd.  A read a signal interrupts is tried
+ * again, unless stop is set (a prompt's). */
 static char *
-read_line (int fd, const char *what)
+read_line (int fd, const char *what, const volatile sig_atomic_t *stop)
 {
   char *buf;
   size_t len = 0;
@@ -42,10 +46,28 @@ read_line (int fd, const char *what)
     return NULL;
   }
   while (len < LG_SECRET_MAX) {
-    ssize_t r = read (fd, buf + len, 1);
+    ssize_t r;
 
-    if (r < 0 && errno == EINTR)
+    /* A prompt's signal may come just before the read: it is seen
+     * within 100 ms rather than never. */
+    if (stop) {
+      struct pollfd p = { .fd = fd, .events = POLLIN };
+
+      while (!*stop && poll (&p, 1, 100) == 0)
+        ;
+      if (*stop) {
+        saved = EINTR;
+        goto err;
+      }
+    }
+    r = read (fd, buf + len, 1);
+
+    if (r < 0 && errno == EINTR && !(stop && *stop))
       continue;
+    if (r < 0 && errno == EINTR) {
+      saved = EINTR; /* the prompt says nothing: the signal speaks */
+      goto err;
+    }
     if (r < 0) {
       saved = errno;
       lg_error ("%s: read: %s", what, strerror (saved));
@@ -79,7 +101,7 @@ err:
 char *
 lg_secret_from_fd (int fd, const char *what)
 {
-  return read_line (fd, what);
+  return read_line (fd, what, NULL);
 }
 
 char *
@@ -89,7 +111,7 @@ lg_secret_from_file (const char *path)
   int fd, saved;
 
   if (strcmp (path, "-") == 0)
-    return read_line (STDIN_FILENO, "standard input");
+    return read_line (STDIN_FILENO, "standard input", NULL);
   fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     saved = errno;
@@ -97,73 +119,114 @@ lg_secret_from_file (const char *path)
     errno = saved;
     return NULL;
   }
-  s = read_line (fd, path);
+  s = read_line (fd, path, NULL);
   saved = errno;
   close (fd);
   errno = saved;
   return s;
 }
 
-char *
-lg_secret_prompt (const char *prompt)
+static volatile sig_atomic_t prompt_signal;
+
+static void
+on_prompt_signal (int sig)
 {
-  struct termios old, noecho;
-  char *s;
-  int fd, saved, restore = 0;
+  prompt_signal = sig;
+}
+
+/* Asks n questions on the terminal with echo off all along (what is typed
+ * ahead, a pasted pair, is kept), into out[].  A signal that would end
+ * the process (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) restores the terminal
+ * first and is then raised again, as if it had come after.  0, or -1
+ * with errno (the answers freed). */
+static int
+ask (const char *const *prompts, char **out, unsigned n)
+{
+  static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+  struct sigaction sa, old[sizeof sigs / sizeof sigs[0]];
+  bool caught[sizeof sigs / sizeof sigs[0]] = { false };
+  struct termios t, noecho;
+  unsigned i = 0;
+  int fd, saved = 0, restore = 0, sig;
 
   fd = open ("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     saved = errno;
     lg_error ("cannot prompt for a secret: /dev/tty: %s", strerror (saved));
     errno = saved;
-    return NULL;
+    return -1;
   }
-  /* Echo off before the prompt shows: what is typed once it shows is
-   * neither echoed nor flushed. */
-  if (tcgetattr (fd, &old) == 0) {
-    noecho = old;
+  prompt_signal = 0;
+  memset (&sa, 0, sizeof sa);
+  sigemptyset (&sa.sa_mask);
+  sa.sa_handler = on_prompt_signal; /* no SA_RESTART: read returns */
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++)
+    if (sigaction (sigs[k], NULL, &old[k]) == 0 && old[k].sa_handler != SIG_IGN)
+      caught[k] = sigaction (sigs[k], &sa, NULL) == 0;
+  /* Echo off before the first prompt shows: what is typed once it shows
+   * is neither echoed nor flushed. */
+  if (tcgetattr (fd, &t) == 0) {
+    noecho = t;
     noecho.c_lflag &= ~(tcflag_t) ECHO;
     restore = tcsetattr (fd, TCSAFLUSH, &noecho) == 0;
   }
-  if (write (fd, prompt, strlen (prompt))
-      < 0) { /* the prompt is a courtesy; reading still works */
+  for (; i < n && !prompt_signal; i++) {
+    if (write (fd, prompts[i], strlen (prompts[i])) < 0) {
+      /* the prompt is a courtesy; reading still works */
+    }
+    out[i] = read_line (fd, "terminal", &prompt_signal);
+    if (write (fd, "\n", 1) < 0) {}
+    if (out[i] == NULL) {
+      saved = errno;
+      break;
+    }
   }
-  s = read_line (fd, "terminal");
-  saved = errno;
   if (restore)
-    tcsetattr (fd, TCSAFLUSH, &old);
-  if (write (fd, "\n", 1) < 0) {}
+    tcsetattr (fd, TCSANOW, &t);
   close (fd);
+  sig = prompt_signal;
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++)
+    if (caught[k])
+      sigaction (sigs[k], &old[k], NULL);
+  if (i == n && sig == 0)
+    return 0;
+  while (i-- > 0)
+    lg_secret_free (out[i]);
+  if (sig) {
+    raise (sig); /* the terminal is as it was: now the signal acts */
+    saved = EINTR;
+  }
   errno = saved;
-  return s;
+  return -1;
+}
+
+char *
+lg_secret_prompt (const char *prompt)
+{
+  char *s;
+
+  return ask (&prompt, &s, 1) == 0 ? s : NULL;
 }
 
 char *
 lg_secret_prompt_twice (const char *prompt, const char *again)
 {
-  char *a = lg_secret_prompt (prompt), *b;
+  const char *prompts[2] = { prompt, again };
+  char *s[2];
   size_t len;
-  int saved;
 
-  if (a == NULL)
+  if (ask (prompts, s, 2) < 0)
     return NULL;
-  b = lg_secret_prompt (again);
-  if (b == NULL) {
-    saved = errno;
-    lg_secret_free (a);
-    errno = saved;
-    return NULL;
-  }
-  len = strlen (a);
-  if (len != strlen (b) || sodium_memcmp (a, b, len) != 0) {
+  len = strlen (s[0]);
+  if (len != strlen (s[1]) || sodium_memcmp (s[0], s[1], len) != 0) {
     lg_error ("the two passphrases differ: nothing was changed");
-    lg_secret_free (a);
-    lg_secret_free (b);
+    lg_secret_free (s[0]);
+    lg_secret_free (s[1]);
     errno = EINVAL;
     return NULL;
   }
-  lg_secret_free (b);
-  return a;
+  lg_secret_free (s[1]);
+  return s[0];
 }
 
 char *

@@ -7,10 +7,12 @@ a terminal would.
   pty-run.py [--timeout S] [--answer REGEX TEXT]... -- COMMAND [ARG...]
 
 Each --answer waits, in order, until the output since the previous answer
-matches REGEX, then types TEXT and Enter.  Everything the terminal showed
-(prompts, echoed typing, messages) is printed on standard output; the exit
-status is the command's (128 + N if killed by signal N), or 124 if a
-prompt did not come within the timeout (the command is then killed).
+matches REGEX, then types TEXT and Enter (TEXT ^C alone: Ctrl-C, no
+Enter).  Everything the terminal showed (prompts, echoed typing,
+messages) is printed on standard output; the exit status is the
+command's (128 + N if killed by signal N), or 124 if a prompt did not
+come within the timeout (the command is then killed), 125 if the command
+ended before a prompt, 126 if it left the terminal without echo.
 """
 import argparse
 import os
@@ -19,6 +21,7 @@ import re
 import select
 import signal
 import sys
+import termios
 import time
 
 
@@ -63,11 +66,20 @@ def main():
             seen += chunk
         if answers and re.search(answers[0][0].encode(), seen[start:]):
             start = len(seen)
-            os.write(fd, answers.pop(0)[1].encode() + b"\n")
+            text = answers.pop(0)[1]
+            os.write(fd, b"\x03" if text == "^C" else text.encode() + b"\n")
     _, status = os.waitpid(pid, 0)
+    try:
+        echo = termios.tcgetattr(fd)[3] & termios.ECHO
+    except termios.error:
+        echo = True  # the terminal is gone: nothing to leave broken
     sys.stdout.write(seen.decode(errors="replace"))
     if answers:
         print("\npty-run: the command ended before %r" % answers[0][0])
+        return 125
+    if not echo:
+        print("\npty-run: the command left the terminal without echo")
+        return 126
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
