@@ -164,6 +164,47 @@ static const struct {
   { 0x5d00, "failure prediction threshold exceeded" },
 };
 
+/* SPC-4's names of the sense keys (libiscsi 1.19 has none for some, 0x3
+ * among them: a full target's MEDIUM ERROR read "unknown"). */
+static const char *const key_names[16] = {
+  "NO SENSE",       "RECOVERED ERROR", "NOT READY",      "MEDIUM ERROR",
+  "HARDWARE ERROR", "ILLEGAL REQUEST", "UNIT ATTENTION", "DATA PROTECT",
+  "BLANK CHECK",    "VENDOR SPECIFIC", "COPY ABORTED",   "ABORTED COMMAND",
+  "reserved (0xc)", "VOLUME OVERFLOW", "MISCOMPARE",     "COMPLETED",
+};
+
+static bool
+is_write (const struct scsi_task *t)
+{
+  switch (t ? t->cdb[0] : 0) {
+  case SCSI_OPCODE_WRITE10:
+  case SCSI_OPCODE_WRITE12:
+  case SCSI_OPCODE_WRITE16:
+  case SCSI_OPCODE_WRITE_SAME10:
+  case SCSI_OPCODE_WRITE_SAME16:
+  case SCSI_OPCODE_COMPARE_AND_WRITE:
+  case SCSI_OPCODE_WRITE_VERIFY10:
+  case SCSI_OPCODE_WRITE_VERIFY16:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* What a sense says in words a user can act on, or "". */
+static const char *
+sense_hint (const struct lg_cmd *cmd)
+{
+  if (cmd->sense.ascq == 0x2707 || cmd->sense.ascq == 0x3806)
+    return cmd->sense.ascq == 0x2707
+        ? ": the target is out of space (thin provisioning)"
+        : ": the target is running out of space (thin provisioning)";
+  if (cmd->sense.key == SCSI_SENSE_MEDIUM_ERROR && is_write (cmd->task))
+    return ": the target could not write to its disk (a thin-provisioned "
+           "LUN out of space, or a failing disk)";
+  return "";
+}
+
 const char *
 lg_ascq_name (int ascq)
 {
@@ -184,9 +225,10 @@ lg_cmd_errno (const struct lg_cmd *cmd, char *msg, size_t len)
     return 0;
   }
   if (cmd->status == SCSI_STATUS_CHECK_CONDITION)
-    snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)",
-              or_unknown (scsi_sense_key_str (cmd->sense.key)), cmd->sense.key,
-              lg_ascq_name (cmd->sense.ascq), cmd->sense.ascq);
+    snprintf (msg, len, "CHECK CONDITION, sense %s (0x%x), %s (0x%04x)%s",
+              key_names[cmd->sense.key & 0xf], cmd->sense.key,
+              lg_ascq_name (cmd->sense.ascq), cmd->sense.ascq,
+              sense_hint (cmd));
   else if (cmd->msg[0] && strcmp (cmd->msg, status_name (cmd->status)) != 0)
     snprintf (msg, len, "%s: %s", status_name (cmd->status), cmd->msg);
   else
