@@ -43,7 +43,7 @@ want "--repair " verify --rep
 want "--key-file " mount --key-f
 want "aead mac " format --mode ""
 want "crc32c none " info --header-digest ""
-want "add list remove test " key ""
+want "add change list remove test " key ""
 want "aead aead,mac mac " bench --crypt ""
 # A file name after every option that takes a file, in any subcommand;
 # after key's action, no action again.
@@ -62,6 +62,16 @@ want "allow_other default_permissions direct_io ro " mount -o ""
 want "ro " mount -o r
 want "ro,allow_other " mount -o ro,al
 want "ro,default_permissions ro,direct_io " mount URL DIR -o ro,d
+# mount: a URL first (it offered directories there: issue 30, item 17),
+# then the directory, also after an option with its value.
+mkdir -p "$d/mdir"
+cd "$d" || fail "cd $d"
+want "iscsi:// " mount ""
+want "iscsi:// " mount -o ro ""
+want "mdir " mount iscsi://h/iqn.a:b/1 md
+want "mdir " mount --connections 2 iscsi://h/iqn.a:b/1 md
+want "change " key ch
+cd - >/dev/null || fail "cd back"
 # Every option of every subcommand's --help is offered after "--".
 for c in discover info mount format verify key bench; do
   opts=$(complete_words "$c" --)

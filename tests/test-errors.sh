@@ -44,7 +44,9 @@ expect_fail_with "too small to be a lungate volume" \
 # No such target, no such LUN.
 expect_fail_with "iqn.2026-11.org.lungate:missing: target not found" \
   "$LUNGATE" info "${allowed[@]}" "iscsi://$TGT_PORTAL/iqn.2026-11.org.lungate:missing/1"
-expect_fail_with "LUN 9 does not exist" "$LUNGATE" info "${allowed[@]}" "$url/9"
+# ... and which LUNs do (issue 30, item 17: it did not say).
+expect_fail_with "LUN 9 does not exist on this target \\(its LUNs: 0, 1, 2\\)" \
+  "$LUNGATE" info "${allowed[@]}" "$url/9"
 
 # A closed port: refused at once.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

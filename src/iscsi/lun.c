@@ -353,11 +353,29 @@ page_fatal (const struct scsi_task *task, bool unsent)
       && (task == NULL || task->status != SCSI_STATUS_CHECK_CONDITION);
 }
 
+/* "LUN n does not exist", and which do (REPORT LUNS, where it works). */
 static int
 not_found (const struct lg_lun_io *io, int lun, char *err, size_t errlen)
 {
-  snprintf (err, errlen, "%s: LUN %d does not exist on this target", io->target,
-            lun);
+  char e2[256];
+  int *luns = NULL;
+  size_t n = 0;
+  int len = snprintf (err, errlen, "%s: LUN %d does not exist on this target",
+                      io->target, lun);
+
+  if (lg_report_luns_io (io, &luns, &n, e2, sizeof e2) == 0 && len >= 0
+      && (size_t) len < errlen) {
+    size_t at = (size_t) len;
+
+    at += (size_t) snprintf (err + at, errlen - at, "%s",
+                             n ? " (its LUNs: " : " (it has none)");
+    for (size_t i = 0; i < n && at < errlen; i++)
+      at += (size_t) snprintf (err + at, errlen - at, "%s%d", i ? ", " : "",
+                               luns[i]);
+    if (n && at < errlen)
+      snprintf (err + at, errlen - at, ")");
+  }
+  free (luns);
   errno = ENOENT;
   return -1;
 }
