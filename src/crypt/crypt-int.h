@@ -77,6 +77,11 @@ struct cdev {
   uint8_t prefix[16]; /* random per open: nonce = prefix | counter */
   atomic_uint_fast64_t counter;
   atomic_uint_fast64_t auth_failures;
+  /* The units last reported failing, and when (monotonic ms): the same
+   * failure again soon (the kernel reads a page again after a failed
+   * read-ahead) is logged at debug level, not once more (read.c). */
+  atomic_uint_fast64_t bad_u0, bad_n;
+  atomic_int_fast64_t bad_ms;
   pthread_rwlock_t stripe[STRIPES];
   struct mdcache cache;
 

@@ -12,18 +12,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 
 #include "crypt/crypt-int.h"
 #include "util/log.h"
 
+#define REPORTED_MS 10000 /* the same failure within this: said already */
+
+static int64_t
+mono_ms (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Units [u0, u0 + n) are within (or, overlap: meet) the failure
+ * reported last, lately. */
+static bool
+reported (const struct cdev *x, uint64_t u0, uint64_t n, bool overlap)
+{
+  uint64_t b0 = atomic_load (&x->bad_u0), bn = atomic_load (&x->bad_n);
+
+  if (bn == 0 || mono_ms () - atomic_load (&x->bad_ms) >= REPORTED_MS)
+    return false;
+  return overlap ? u0 < b0 + bn && b0 < u0 + n : u0 >= b0 && u0 + n <= b0 + bn;
+}
+
 static void
 log_bad (struct cdev *x, uint64_t u0, uint64_t n)
 {
   uint64_t sectors = LG_UNIT_SIZE / 512;
-
   const char *why;
+  bool again;
 
   /* Say what is known: a fault is the likely cause where the volume was
    * left dirty or a write failed, tampering only where it was clean. */
@@ -39,11 +63,18 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
     why = "a crash or failed write (the volume is marked dirty), or "
           "tampering; run lungate verify --repair";
   atomic_fetch_add (&x->auth_failures, n);
-  lg_error ("%s: units %" PRIu64 "-%" PRIu64 " (exported bytes %" PRIu64
-            "-%" PRIu64 ", 512-byte LBA %" PRIu64 "+%" PRIu64
-            ") fail authentication under both slots: %s",
-            x->dev.name, u0, u0 + n - 1, u0 * LG_UNIT_SIZE,
-            (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors, why);
+  again = reported (x, u0, n, false);
+  if (!again) {
+    atomic_store (&x->bad_u0, u0);
+    atomic_store (&x->bad_n, n);
+    atomic_store (&x->bad_ms, mono_ms ());
+  }
+  lg_log (again ? LG_LOG_DEBUG : LG_LOG_ERROR,
+          "%s: units %" PRIu64 "-%" PRIu64 " (exported bytes %" PRIu64
+          "-%" PRIu64 ", 512-byte LBA %" PRIu64 "+%" PRIu64
+          ") fail authentication under both slots: %s",
+          x->dev.name, u0, u0 + n - 1, u0 * LG_UNIT_SIZE,
+          (u0 + n) * LG_UNIT_SIZE - 1, u0 * sectors, n * sectors, why);
 }
 
 /* The metadata of a span for a reader (stripe locks held shared): pins
@@ -302,9 +333,11 @@ lgc_read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       return n;
   }
   if (n > 0) {
-    lg_warn ("%s: %" PRId64 " unit%s of units %" PRIu64 "-%" PRIu64
-             " failed authentication: reading them again from the target",
-             x->dev.name, n, n == 1 ? "" : "s", sp->u0, sp->u1 - 1);
+    lg_log (reported (x, sp->u0, sp->u1 - sp->u0, true) ? LG_LOG_DEBUG
+                                                        : LG_LOG_WARN,
+            "%s: %" PRId64 " unit%s of units %" PRIu64 "-%" PRIu64
+            " failed authentication: reading them again from the target",
+            x->dev.name, n, n == 1 ? "" : "s", sp->u0, sp->u1 - 1);
     forget_span (x, sp);
   }
   return read_pass (x, sp, out, bad, opaque, false, repair, false);
