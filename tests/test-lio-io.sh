@@ -42,7 +42,9 @@ outage_after ()
   outage_pid=$!
 }
 
-# fio_ok JSON: no errors, something written and verified.
+# fio_ok JSON: no errors, something written and verified.  (How much
+# is the machine's business: three CI runs side by side read back
+# 1000 KiB in the 10 s, and a 1 MiB floor failed them.)
 fio_ok ()
 {
   "$NBD_PYTHON" - "$1" <<'PY'
@@ -50,8 +52,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for j in d["jobs"]:
     assert j["error"] == 0, j["error"]
-    assert j["write"]["io_bytes"] >= 1 << 20, j["write"]["io_bytes"]
-    assert j["read"]["io_bytes"] >= 1 << 20, j["read"]["io_bytes"]
+    assert j["write"]["io_bytes"] > 0, j["write"]["io_bytes"]
+    assert j["read"]["io_bytes"] > 0, j["read"]["io_bytes"]
 PY
 }
 

@@ -205,6 +205,8 @@ allocated_bytes (struct node *nd, bool may_walk)
   w.bytes = a->partial;
   pthread_mutex_unlock (&the_fs->alloc_lock);
 
+  lg_debug ("%s: counting the allocated blocks from byte %" PRIu64, d->name,
+            w.cursor);
   w.deadline_us = now + ALLOC_WALK_BUDGET_US;
   w.out_of_time = false;
   r = lg_dev_extents (d, size - w.cursor, w.cursor, alloc_extent, &w);
