@@ -51,4 +51,16 @@ expect_exit 2 "change: no --slot" \
 expect_exit 2 "change: give one of --new-key-file" \
   "$LUNGATE" key change --key-file "$k2" "$vol"
 [ "$(md5sum <"$vol")" = "$sum" ] || fail "a refused key change wrote"
+# key list --json (issue 30: JSON for key list): the slots' kinds, the
+# slot the key given opens, the UUID info shows.
+"$LUNGATE" key list --json --key-file "$k3" "$vol" >"$d/list.json" || fail "key list --json"
+uuid=$("$LUNGATE" info "$vol" | sed -n 's/^volume-uuid: //p')
+python3 - "$d/list.json" "$uuid" <<'PY' || fail "key list --json: $(cat "$d/list.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["uuid"] == sys.argv[2].replace("-", ""), j["uuid"]
+kinds = [s["kind"] for s in j["slots"]]
+assert kinds == ["key-file", "key-file"] + ["empty"] * 6, kinds
+assert j["opens"] == 1, j["opens"]
+PY
 echo "test-key-change: ok"

@@ -27,6 +27,7 @@ enum {
   OPT_NEW_PASSPHRASE_PROMPT,
   OPT_SLOT,
   OPT_FORCE,
+  OPT_KEY_JSON,
 };
 
 static const char usage[]
@@ -65,6 +66,8 @@ static const char usage[]
       "first\n"
       "                               free one); remove: the slot to empty\n"
       "  --force                      remove: even the last slot\n"
+      "  --json                       list: one JSON object (the UUID, each\n"
+      "                               slot's kind, the slot the key opens)\n"
       "  --takeover                   the gateway holding the LUN is gone:\n"
       "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
@@ -90,6 +93,7 @@ struct key_args {
   const char *verb; /* list, test, add or remove */
   long slot;
   bool force;
+  bool json; /* list: one JSON object */
 };
 
 /* The actions that take a new key. */
@@ -126,6 +130,7 @@ parse_args (int argc, char **argv, struct key_args *a)
     { "new-passphrase-prompt", no_argument, NULL, OPT_NEW_PASSPHRASE_PROMPT },
     { "slot", required_argument, NULL, OPT_SLOT },
     { "force", no_argument, NULL, OPT_FORCE },
+    { "json", no_argument, NULL, OPT_KEY_JSON },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -165,6 +170,9 @@ parse_args (int argc, char **argv, struct key_args *a)
       break;
     case OPT_FORCE:
       a->force = true;
+      break;
+    case OPT_KEY_JSON:
+      a->json = true;
       break;
     case 'h':
       printf ("%s%s%s", usage, lg_key_help, lg_login_help);
@@ -239,7 +247,7 @@ static int
 list_slots (struct lg_dev *raw, const struct key_args *a)
 {
   struct lg_header h;
-  char err[512];
+  char err[512], uuid[LG_UUID_HEX];
   int opens = -1;
 
   if (lg_header_read (raw, &h, err, sizeof err) < 0) {
@@ -248,7 +256,24 @@ list_slots (struct lg_dev *raw, const struct key_args *a)
   }
   if (a->keys.keyfile || a->keys.passphrase)
     opens = key_slot (raw, a, err, sizeof err);
-  for (int i = 0; i < LG_KEYSLOTS; i++) {
+  if (a->json) {
+    lg_header_uuid_hex (&h, uuid);
+    printf ("{\"uuid\": \"%s\", \"slots\": [", uuid);
+    for (int i = 0; i < LG_KEYSLOTS; i++) {
+      printf ("%s{\"slot\": %d, \"kind\": \"%s\"", i ? ", " : "", i,
+              kind_name (h.slots[i].kind));
+      if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
+        printf (", \"opslimit\": %" PRIu64 ", \"memlimit\": %" PRIu64,
+                h.slots[i].opslimit, h.slots[i].memlimit);
+      printf ("}");
+    }
+    printf ("], \"opens\": ");
+    if (opens >= 0)
+      printf ("%d}\n", opens);
+    else
+      printf ("null}\n");
+  }
+  for (int i = 0; i < LG_KEYSLOTS && !a->json; i++) {
     if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
       printf ("slot %d: passphrase (Argon2id, opslimit %" PRIu64
               ", memlimit %" PRIu64 " MiB)%s\n",
