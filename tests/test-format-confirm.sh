@@ -69,6 +69,14 @@ for off in 1 2; do
     "$LUNGATE" format --key-file "$key" "$p"
   [ "$(md5sum <"$p")" = "$s" ] || fail "format changed the file system at $off MiB"
 done
+# ... also behind unknown bytes at 1 MiB (the second hostile review:
+# they stopped the search, and format went on).
+p=$d/p2x.img
+truncate -s 64M "$p"
+mkfs.ext4 -q -F -E offset=$((2 << 20)) "$p" 32M || fail "mkfs.ext4 at 2 MiB"
+printf x | dd of="$p" bs=1 seek=$(((1 << 20) + 8192)) conv=notrunc status=none
+expect_exit 1 "already holds an ext2/3/4 file system at 2 MiB" \
+  "$LUNGATE" format --key-file "$key" "$p"
 g=$d/gpt.img
 truncate -s 64M "$g"
 printf 'EFI PART' | dd of="$g" bs=1 seek=$(((64 << 20) - 512)) conv=notrunc status=none

@@ -229,17 +229,20 @@ may_destroy (const struct lg_dev *raw, struct format_args *a, const char *what)
 
 /* Past the first MiB: a file system or partition table that starts at
  * 1, 2, 4, 8 MiB ... (a partition), a backup GPT at the end, or any other
- * data in those places (the first MiB is looks_used's).  1 MiB is where
- * an interrupted format of an older lungate left metadata: non-zero
- * bytes there without a signature are left to check_lun.  0, or -1 (a
- * read failed); *what as looks_used, into buf. */
+ * data in those places (the first MiB is looks_used's).  Below md_end is
+ * where an interrupted format of an older lungate left metadata:
+ * non-zero bytes there without a signature set *md_data (check_lun asks
+ * about them), and the search goes on.  Samples, not a scan: 128 KiB at
+ * each place.  0, or -1 (a read failed); *what as looks_used, into buf. */
 static int
-look_further (struct lg_dev *raw, char *buf, size_t len, const char **what)
+look_further (struct lg_dev *raw, uint64_t md_end, char *buf, size_t len,
+              const char **what, bool *md_data)
 {
   static uint8_t b[128 * 1024];
   uint64_t size = raw->size;
 
   *what = NULL;
+  *md_data = false;
   for (uint64_t off = LG_HDR_AREA; off < size; off *= 2) {
     size_t n = size - off < sizeof b ? (size_t) (size - off) : sizeof b;
     const char *sig;
@@ -247,8 +250,10 @@ look_further (struct lg_dev *raw, char *buf, size_t len, const char **what)
     if (lg_dev_pread (raw, b, n, off) < 0)
       return -1;
     if ((sig = lg_cmd_signature (b, n)) == NULL && !sodium_is_zero (b, n)) {
-      if (off == LG_HDR_AREA)
-        return 0; /* metadata, maybe, which goes on further: check_lun */
+      if (off < md_end) {
+        *md_data = true; /* metadata, maybe: check_lun */
+        continue;
+      }
       sig = "data";
     }
     if (sig) {
@@ -279,7 +284,7 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
   uint8_t hb[LG_HDR_SIZE];
   char further[160];
   const char *what;
-  bool mark;
+  bool mark, md_data = false;
 
   if (raw->read_only) {
     lg_error ("%s: the LUN is read-only", raw->name);
@@ -303,14 +308,6 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
     if (what && may_destroy (raw, a, what) < 0)
       return -1;
   }
-  /* After a format mark, whatever the interrupted format had not yet
-   * zeroed was given up already. */
-  if (!a->force && !mark) {
-    if (look_further (raw, further, sizeof further, &what) < 0)
-      return -1;
-    if (what && may_destroy (raw, a, what) < 0)
-      return -1;
-  }
   memset (h, 0, sizeof *h);
   if (lg_header_geometry (h, raw->size) < 0) {
     lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
@@ -318,11 +315,21 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
               raw->name, raw->size);
     return -1;
   }
+  /* After a format mark, whatever the interrupted format had not yet
+   * zeroed was given up already. */
+  if (!a->force && !mark) {
+    if (look_further (raw, h->data_offset, further, sizeof further, &what,
+                      &md_data)
+        < 0)
+      return -1;
+    if (what && may_destroy (raw, a, what) < 0)
+      return -1;
+  }
   /* A format that was interrupted wiped the header area first and sealed
    * units from the first on: metadata where the header says nothing. */
   if (lg_dev_pread (raw, hb, sizeof hb, h->md_offset) < 0)
     return -1;
-  *interrupted = mark || !sodium_is_zero (hb, sizeof hb);
+  *interrupted = mark || md_data || !sodium_is_zero (hb, sizeof hb);
   if (!mark && *interrupted
       && may_destroy (raw, a,
                       "data from 1 MiB on (the metadata of an interrupted "
