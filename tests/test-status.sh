@@ -63,9 +63,26 @@ n = [x for x in j["nbd"] if sys.argv[4] in x["args"]]
 assert len(n) == 1 and "url=" + sys.argv[5] in n[0]["args"], j["nbd"]
 PY
 
+# A stopped daemon (the second hostile review: status hung for ever on
+# its .stats, and umount would have returned with the daemon still to
+# write back): status answers, umount refuses and leaves the mount.
+kill -STOP "$mpid"
+out=$(with_timeout 30 "$LUNGATE" status) || { kill -CONT "$mpid"; fail "status hung on a stopped daemon"; }
+grep -qF "daemon: not known: .stats: its daemon does not answer" <<<"$out" \
+  || { kill -CONT "$mpid"; echo "$out"; fail "status did not say the daemon does not answer"; }
+if with_timeout 30 "$LUNGATE" umount "$mnt" 2>"$TGT_DIR/umount.err"; then
+  kill -CONT "$mpid"; fail "umount of a mount whose daemon does not answer succeeded"
+fi
+kill -CONT "$mpid"
+grep -q "cannot tell its daemon" "$TGT_DIR/umount.err" || { cat "$TGT_DIR/umount.err"; fail "umount did not say why"; }
+mountpoint -q "$mnt" || fail "a refused umount unmounted"
+
 # umount: back only once the daemon is gone and the LUN released.
 out=$(with_timeout 120 "$LUNGATE" umount "$mnt" 2>&1) || { echo "$out"; fail "umount"; }
-kill -0 "$mpid" 2>/dev/null && fail "umount returned while the daemon (pid $mpid) runs"
+# (A zombie has ended: its parent, init here, reaps it when it will.)
+if [ -e "/proc/$mpid" ] && ! grep -q '^State:.*Z' "/proc/$mpid/status" 2>/dev/null; then
+  fail "umount returned while the daemon (pid $mpid) runs"
+fi
 grep -q "the daemon (pid $mpid) has exited" <<<"$out" || fail "umount said: $out"
 mountpoint -q "$mnt" && fail "still mounted after umount"
 with_timeout 60 "$LUNGATE" mount "$url/1" "$mnt" \
@@ -76,7 +93,7 @@ kill -9 "$(pgrep -f -- "lungate mount $url/1 $mnt\$" | head -n 1)"
 sleep 0.5
 "$LUNGATE" status | grep -qF "daemon: gone (a dead mount: fusermount3 -u $mnt)" \
   || fail "status does not call the killed mount dead"
-out=$(with_timeout 60 "$LUNGATE" umount "$mnt" 2>&1) || { echo "$out"; fail "umount of a dead mount"; }
+out=$(with_timeout 60 "$LUNGATE" umount "$mnt/" 2>&1) || { echo "$out"; fail "umount of a dead mount (with a slash)"; }
 grep -q "its daemon was already gone" <<<"$out" || fail "umount of a dead mount said: $out"
 mountpoint -q "$mnt" && fail "the dead mount is still there"
 echo "test-status: ok"

@@ -12,10 +12,12 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <mntent.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,53 +182,142 @@ print_lun (char *line, bool json, bool first)
   printf ("}");
 }
 
-/* The daemon of a lungate mount on dir, from its .stats: -1 if that
- * cannot be read (a dead mount: ENOTCONN), 0 if it does not say (an
- * older lungate). */
-static pid_t
-mount_daemon (const char *dir, time_t *since)
+/* What reading a mount's .stats found. */
+struct mstats {
+  char *text;      /* malloc'd, NULL if not read */
+  const char *why; /* then: why not ("dead": ENOTCONN) */
+  int err;
+  pid_t pid; /* the daemon, from the text; 0 not known */
+  time_t since;
+};
+
+#define STATS_TIMEOUT_MS 3000
+#define STATS_MAX (1 << 20)
+
+/* Reads dir/.stats in a child process, killed if the daemon does not
+ * answer within STATS_TIMEOUT_MS (a stopped daemon would hold the reader
+ * for ever). */
+static void
+read_stats (const char *dir, struct mstats *ms)
 {
   char path[PATH_MAX + 16], line[256];
+  int fds[2], st = 0, waited = 0;
+  size_t len = 0;
+  pid_t child;
   FILE *f;
-  long pid = 0;
-  long long t = 0;
 
+  memset (ms, 0, sizeof *ms);
   snprintf (path, sizeof path, "%s/.stats", dir);
-  *since = 0;
-  if ((f = fopen (path, "re")) == NULL)
-    return -1;
-  while (fgets (line, sizeof line, f) && line[0] == '#')
-    if (sscanf (line, "# mount pid=%ld mounted=%lld", &pid, &t) == 2)
+  if (pipe2 (fds, O_CLOEXEC) < 0) {
+    ms->why = "cannot read it";
+    ms->err = errno;
+    return;
+  }
+  if ((child = fork ()) < 0) {
+    ms->why = "cannot read it";
+    ms->err = errno;
+    close (fds[0]);
+    close (fds[1]);
+    return;
+  }
+  if (child == 0) {
+    char buf[65536];
+    ssize_t r;
+    int fd = open (path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+      _exit (errno & 0x7f);
+    while ((r = read (fd, buf, sizeof buf)) > 0)
+      if (write (fds[1], buf, (size_t) r) != r)
+        _exit (EPIPE);
+    _exit (r < 0 ? errno & 0x7f : 0);
+  }
+  close (fds[1]);
+  ms->text = malloc (STATS_MAX + 1);
+  while (ms->text && len < STATS_MAX && waited < STATS_TIMEOUT_MS) {
+    struct pollfd p = { .fd = fds[0], .events = POLLIN };
+    ssize_t r;
+
+    if (poll (&p, 1, 100) <= 0) {
+      waited += 100;
+      continue;
+    }
+    r = read (fds[0], ms->text + len, STATS_MAX - len);
+    if (r <= 0)
       break;
+    len += (size_t) r;
+  }
+  close (fds[0]);
+  /* Not at its end in time (the pipe's end comes with the child's exit,
+   * just before it can be waited for): the daemon does not answer. */
+  if (waited >= STATS_TIMEOUT_MS) {
+    kill (child, SIGKILL);
+    waitpid (child, &st, 0);
+    ms->why = "its daemon does not answer (stopped?)";
+  }
+  else if (waitpid (child, &st, 0) < 0) {
+    ms->why = "cannot read it";
+    ms->err = errno;
+  }
+  else if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
+    ms->err = WIFEXITED (st) ? WEXITSTATUS (st) : EIO;
+    ms->why = ms->err == ENOTCONN ? "dead" : "cannot read it";
+  }
+  if (ms->why || ms->text == NULL) {
+    free (ms->text);
+    ms->text = NULL;
+    if (ms->why == NULL)
+      ms->why = "out of memory";
+    return;
+  }
+  ms->text[len] = '\0';
+  if ((f = fmemopen (ms->text, len + 1, "r")) == NULL)
+    return;
+  while (fgets (line, sizeof line, f) && line[0] == '#') {
+    long pid;
+    long long t;
+
+    if (sscanf (line, "# mount pid=%ld mounted=%lld", &pid, &t) == 2) {
+      ms->pid = (pid_t) pid;
+      ms->since = (time_t) t;
+      break;
+    }
+  }
   fclose (f);
-  *since = (time_t) t;
-  return (pid_t) pid;
+}
+
+static bool
+dead (const struct mstats *ms)
+{
+  return ms->text == NULL && strcmp (ms->why, "dead") == 0;
 }
 
 static int
 print_mount (const struct mntent *m, bool json, bool first)
 {
-  char path[PATH_MAX + 16], line[8192];
+  char line[8192];
   uint64_t keys[MAX_KEYS];
-  time_t since = 0;
-  pid_t pid = mount_daemon (m->mnt_dir, &since);
-  int nkeys = pid > 0 ? keys_of (pid, keys, MAX_KEYS) : 0;
+  struct mstats ms;
+  int nkeys;
   bool ro = hasmntopt (m, "ro") != NULL, firstlun = true;
   FILE *f = NULL;
 
-  if (pid >= 0) {
-    snprintf (path, sizeof path, "%s/.stats", m->mnt_dir);
-    f = fopen (path, "re");
-  }
+  read_stats (m->mnt_dir, &ms);
+  nkeys = ms.pid > 0 ? keys_of (ms.pid, keys, MAX_KEYS) : 0;
+  if (ms.text)
+    f = fmemopen (ms.text, strlen (ms.text) + 1, "r");
   if (json) {
     printf ("%s{\"dir\": ", first ? "" : ", ");
     lg_json_string (stdout, m->mnt_dir);
     printf (", \"source\": ");
     lg_json_string (stdout, m->mnt_fsname + 8);
     printf (", \"read_only\": %s, \"state\": \"%s\", \"pid\": %d, \"since\": ",
-            ro ? "true" : "false", pid >= 0 ? "serving" : "dead",
-            pid > 0 ? (int) pid : 0);
-    print_time (since, true);
+            ro ? "true" : "false",
+            ms.text          ? "serving"
+                : dead (&ms) ? "dead"
+                             : "unknown",
+            ms.pid > 0 ? (int) ms.pid : 0);
+    print_time (ms.since, true);
     printf (", \"reservation_keys\": ");
     print_keys (keys, nkeys, true);
     printf (", \"luns\": [");
@@ -234,15 +325,18 @@ print_mount (const struct mntent *m, bool json, bool first)
   else {
     printf ("mount %s (%s)\n  source: %s\n", m->mnt_dir, ro ? "ro" : "rw",
             m->mnt_fsname + 8);
-    if (pid > 0) {
-      printf ("  daemon: pid %d, since ", (int) pid);
-      print_time (since, false);
+    if (ms.pid > 0) {
+      printf ("  daemon: pid %d, since ", (int) ms.pid);
+      print_time (ms.since, false);
       printf ("\n");
     }
-    else if (pid == 0)
+    else if (ms.text)
       printf ("  daemon: serving (its pid is not known)\n");
-    else
+    else if (dead (&ms))
       printf ("  daemon: gone (a dead mount: fusermount3 -u %s)\n", m->mnt_dir);
+    else
+      printf ("  daemon: not known: .stats: %s%s%s\n", ms.why,
+              ms.err ? ": " : "", ms.err ? strerror (ms.err) : "");
     print_keys (keys, nkeys, false);
   }
   while (f && fgets (line, sizeof line, f))
@@ -252,6 +346,7 @@ print_mount (const struct mntent *m, bool json, bool first)
     }
   if (f)
     fclose (f);
+  free (ms.text);
   if (json)
     printf ("]}");
   return 0;
@@ -411,6 +506,35 @@ static const char umount_usage[]
       "  -v, -q                       as before the command\n"
       "  -h, --help                   this help\n";
 
+/* Process pid has not ended yet (a zombie has), and is not another
+ * process that got its number. */
+static bool
+still_lungate (pid_t pid)
+{
+  char path[64], buf[512], *p;
+  FILE *f;
+  size_t n;
+
+  if (kill (pid, 0) < 0 && errno == ESRCH)
+    return false;
+  snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+  if ((f = fopen (path, "re")) == NULL)
+    return false;
+  n = fread (buf, 1, sizeof buf - 1, f);
+  fclose (f);
+  buf[n] = '\0';
+  if ((p = strrchr (buf, ')')) != NULL && p[1] == ' ' && p[2] == 'Z')
+    return false;
+  /* An empty command line: still exiting (its memory already gone). */
+  snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
+  if ((f = fopen (path, "re")) == NULL)
+    return false;
+  n = fread (buf, 1, sizeof buf - 1, f);
+  fclose (f);
+  buf[n] = '\0';
+  return n == 0 || strstr (buf, "lungate") != NULL;
+}
+
 /* The lungate mount on dir (its path made absolute), if any. */
 static bool
 find_mount (const char *dir, char *abs, size_t len)
@@ -420,7 +544,10 @@ find_mount (const char *dir, char *abs, size_t len)
   bool found = false;
 
   if (realpath (dir, abs) == NULL) {
-    /* A dead mount cannot be resolved (ENOTCONN): take the text. */
+    /* A dead mount cannot be resolved (ENOTCONN): take the text, without
+     * the slashes a completion adds. */
+    size_t n;
+
     if (dir[0] == '/')
       snprintf (abs, len, "%s", dir);
     else {
@@ -430,6 +557,8 @@ find_mount (const char *dir, char *abs, size_t len)
         return false;
       snprintf (abs, len, "%s/%s", cwd, dir);
     }
+    for (n = strlen (abs); n > 1 && abs[n - 1] == '/'; n--)
+      abs[n - 1] = '\0';
   }
   if ((f = setmntent ("/proc/self/mounts", "r")) == NULL)
     return false;
@@ -471,7 +600,7 @@ lg_cmd_umount (int argc, char **argv)
     { NULL, 0, NULL, 0 },
   };
   char abs[PATH_MAX];
-  time_t since;
+  struct mstats ms;
   pid_t pid;
   int c;
 
@@ -497,10 +626,21 @@ lg_cmd_umount (int argc, char **argv)
               argv[optind]);
     return LG_EXIT_FAIL;
   }
-  pid = mount_daemon (abs, &since);
-  if (pid == 0)
-    lg_warn ("%s: its daemon is not known: this waits for the unmount "
-             "only",
+  read_stats (abs, &ms);
+  free (ms.text);
+  pid = ms.pid;
+  /* Unmounting a mount whose daemon cannot be waited for would return
+   * while it still writes back: said, not done. */
+  if (!ms.text && !dead (&ms)) {
+    lg_error ("%s: cannot tell its daemon (.stats: %s%s%s): not unmounted; "
+              "fusermount3 -u %s unmounts without waiting",
+              abs, ms.why, ms.err ? ": " : "", ms.err ? strerror (ms.err) : "",
+              abs);
+    return LG_EXIT_FAIL;
+  }
+  if (ms.text && pid == 0)
+    lg_warn ("%s: its daemon is not known (an older lungate): this waits "
+             "for the unmount only",
              abs);
   if (run_fusermount (abs) < 0) {
     lg_error ("%s: fusermount3 -u failed (a file open there? see above)", abs);
@@ -508,10 +648,10 @@ lg_cmd_umount (int argc, char **argv)
   }
   if (pid <= 0) {
     lg_info ("%s: unmounted%s", abs,
-             pid < 0 ? "; its daemon was already gone" : "");
+             dead (&ms) ? "; its daemon was already gone" : "");
     return LG_EXIT_OK;
   }
-  for (unsigned s = 0; kill (pid, 0) == 0 || errno != ESRCH; s++) {
+  for (unsigned s = 0; still_lungate (pid); s++) {
     if (s > 0 && s % 50 == 0)
       lg_info ("%s: waiting for the daemon (pid %d) to write back and "
                "release its LUNs (%u s)",
