@@ -51,6 +51,18 @@ expect_exit 2 "change: no --slot" \
 expect_exit 2 "change: give one of --new-key-file" \
   "$LUNGATE" key change --key-file "$k2" "$vol"
 [ "$(md5sum <"$vol")" = "$sum" ] || fail "a refused key change wrote"
+# A key that opens two slots (added twice): the change says the old key
+# still opens the other (the second hostile review: it said the old key
+# no longer opened the volume).
+v2=$d/v2.img
+truncate -s 16M "$v2"
+"$LUNGATE" format --key-file "$k1" "$v2" >/dev/null || fail "format v2"
+"$LUNGATE" key add --key-file "$k1" --new-key-file "$k1" "$v2" >/dev/null || fail "key add twice"
+out=$("$LUNGATE" key change --key-file "$k1" --new-key-file "$k2" "$v2" 2>&1) \
+  || { echo "$out"; fail "key change of a key in two slots"; }
+grep -q "the old key still opens slot 1" <<<"$out" || fail "key change said: $out"
+grep -q "no longer opens" <<<"$out" && fail "key change said the old key no longer opens it: $out"
+
 # key list --json (issue 30: JSON for key list): the slots' kinds, the
 # slot the key given opens, the UUID info shows.
 "$LUNGATE" key list --json --key-file "$k3" "$vol" >"$d/list.json" || fail "key list --json"

@@ -317,7 +317,7 @@ change_slots (struct lg_dev *raw, const struct key_args *a)
   struct lg_header h;
   uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
   char err[512];
-  int status = LG_EXIT_FAIL, opens;
+  int status = LG_EXIT_FAIL, opens, still;
 
   if (mk == NULL)
     return LG_EXIT_FAIL;
@@ -340,10 +340,21 @@ change_slots (struct lg_dev *raw, const struct key_args *a)
       lg_error ("%s: updating the header: %s", raw->name, err);
     goto out;
   }
-  printf ("%s: key slot %ld %s\n", raw->name, (long) kc.done,
-          kc.replace   ? "changed: the old key no longer opens it"
-              : kc.add ? "added"
-                       : "removed");
+  /* A key that opened two slots (added twice) still opens the other:
+   * a user who rotates a key believes it revoked (the second hostile
+   * review). */
+  if (kc.replace && (still = key_slot (raw, a, err, sizeof err)) >= 0) {
+    printf ("%s: key slot %ld changed, but the old key still opens slot %d\n",
+            raw->name, (long) kc.done, still);
+    lg_warn ("%s: the old key also opens key slot %d: it still opens the "
+             "volume (lungate key remove --slot %d)",
+             raw->name, still, still);
+  }
+  else
+    printf ("%s: key slot %ld %s\n", raw->name, (long) kc.done,
+            kc.replace   ? "changed: the old key no longer opens it"
+                : kc.add ? "added"
+                         : "removed");
   status = LG_EXIT_OK;
 
 out:
