@@ -3,9 +3,9 @@
 # A failed unit is reported once, not at each read of it (issue 30, item
 # 12: "mount -f prints each EIO twice": the kernel reads a page again
 # after a failed read-ahead, and each read logged its failure).  One
-# flipped byte in a unit of a volume; a direct read and a page-cache read
-# of it both fail with EIO; the log names the unit once (both are still
-# counted in .stats).
+# flipped byte in each of two units of a volume; a direct and a cached
+# read of the first, then the second, then the first again, all fail
+# with EIO; the log names each unit once (all are counted in .stats).
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require fusermount3
@@ -22,6 +22,7 @@ u="iscsi://$TGT_PORTAL/$iqn/1"
 doff=$("$LUNGATE" info "$u" | sed -n 's/^volume-data-offset: //p')
 [ -n "$doff" ] || fail "no data offset"
 printf 'X' | dd of="$(tgt_lun_file 1 1)" bs=1 seek=$((doff + 100)) conv=notrunc status=none
+printf 'X' | dd of="$(tgt_lun_file 1 1)" bs=1 seek=$((doff + 5 * 4096 + 100)) conv=notrunc status=none
 mnt=$TGT_DIR/m
 mkdir "$mnt"
 on_exit fusermount3 -u -z "$mnt"
@@ -31,11 +32,19 @@ dd if="$mnt/lun1" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null \
   && fail "a direct read of the flipped unit succeeded"
 dd if="$mnt/lun1" of=/dev/null bs=4k count=1 2>/dev/null \
   && fail "a cached read of the flipped unit succeeded"
+# Another unit between, then the first again: each is named once (the
+# second hostile review: one remembered range named unit 0 again).
+dd if="$mnt/lun1" of=/dev/null bs=4k skip=5 count=1 iflag=direct 2>/dev/null \
+  && fail "a direct read of the second flipped unit succeeded"
+dd if="$mnt/lun1" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null \
+  && fail "the first flipped unit read well at last"
 grep "auth_failures" "$mnt/.stats" | grep -Eq "auth_failures=([2-9]|[1-9][0-9])" \
   || { cat "$mnt/.stats"; fail ".stats does not count both failures"; }
 fusermount3 -u "$mnt"
 n=$(grep -c "units 0-0 (exported bytes 0-4095.*fail authentication under both slots" "$TGT_DIR/log")
 [ "$n" -eq 1 ] || { cat "$TGT_DIR/log"; fail "the failed unit was reported $n times"; }
+n=$(grep -c "units 5-5 (exported bytes 20480-24575.*fail authentication under both slots" "$TGT_DIR/log")
+[ "$n" -eq 1 ] || { cat "$TGT_DIR/log"; fail "the second failed unit was reported $n times"; }
 n=$(grep -c "reading them again from the target" "$TGT_DIR/log")
-[ "$n" -eq 1 ] || { cat "$TGT_DIR/log"; fail "the re-read was announced $n times"; }
+[ "$n" -eq 2 ] || { cat "$TGT_DIR/log"; fail "the re-reads were announced $n times (2: one per unit)"; }
 echo "test-eio-once: ok"

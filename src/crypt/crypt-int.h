@@ -77,11 +77,16 @@ struct cdev {
   uint8_t prefix[16]; /* random per open: nonce = prefix | counter */
   atomic_uint_fast64_t counter;
   atomic_uint_fast64_t auth_failures;
-  /* The units last reported failing, and when (monotonic ms): the same
-   * failure again soon (the kernel reads a page again after a failed
-   * read-ahead) is logged at debug level, not once more (read.c). */
-  atomic_uint_fast64_t bad_u0, bad_n;
-  atomic_int_fast64_t bad_ms;
+  /* The ranges of units last reported failing, and when (monotonic ms):
+   * the same failure again soon (the kernel reads a page again after a
+   * failed read-ahead) is logged at debug level, not once more (read.c).
+   * bad_lock is a leaf lock. */
+  pthread_mutex_t bad_lock;
+  struct {
+    uint64_t u0, n;
+    int64_t ms;
+  } bad[8];
+  unsigned bad_next;
   pthread_rwlock_t stripe[STRIPES];
   struct mdcache cache;
 

@@ -333,6 +333,7 @@ cdev_close (struct lg_dev *d)
   lg_barrier_destroy (&x->bar);
   pthread_mutex_destroy (&x->recheck);
   pthread_mutex_destroy (&x->dirty_lock);
+  pthread_mutex_destroy (&x->bad_lock);
   sodium_free (x->key);
   sodium_memzero (x->prefix, sizeof x->prefix);
   sodium_free (x);
@@ -505,6 +506,7 @@ init_state (struct cdev *x)
     pthread_rwlock_init (&x->stripe[i], NULL);
   pthread_mutex_init (&x->recheck, NULL);
   pthread_mutex_init (&x->dirty_lock, NULL);
+  pthread_mutex_init (&x->bad_lock, NULL);
   atomic_init (&x->marked, false);
   lg_dev_transport (x->lower, &t);
   atomic_init (&x->lower_logins, t.reconnects);

@@ -30,16 +30,30 @@ mono_ms (void)
   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Units [u0, u0 + n) are within (or, overlap: meet) the failure
- * reported last, lately. */
+/* Units [u0, u0 + n) lie within (overlap: meet) a failure reported
+ * lately; with note, if not, they are noted as reported now. */
 static bool
-reported (const struct cdev *x, uint64_t u0, uint64_t n, bool overlap)
+reported (struct cdev *x, uint64_t u0, uint64_t n, bool note, bool overlap)
 {
-  uint64_t b0 = atomic_load (&x->bad_u0), bn = atomic_load (&x->bad_n);
+  int64_t now = mono_ms ();
+  bool seen = false;
+  const unsigned nbad = sizeof x->bad / sizeof x->bad[0];
 
-  if (bn == 0 || mono_ms () - atomic_load (&x->bad_ms) >= REPORTED_MS)
-    return false;
-  return overlap ? u0 < b0 + bn && b0 < u0 + n : u0 >= b0 && u0 + n <= b0 + bn;
+  pthread_mutex_lock (&x->bad_lock);
+  for (unsigned i = 0; i < nbad && !seen; i++) {
+    uint64_t b0 = x->bad[i].u0, b1 = b0 + x->bad[i].n;
+
+    seen = x->bad[i].n && now - x->bad[i].ms < REPORTED_MS
+        && (overlap ? u0 < b1 && b0 < u0 + n : u0 >= b0 && u0 + n <= b1);
+  }
+  if (!seen && note) {
+    x->bad[x->bad_next].u0 = u0;
+    x->bad[x->bad_next].n = n;
+    x->bad[x->bad_next].ms = now;
+    x->bad_next = (x->bad_next + 1) % nbad;
+  }
+  pthread_mutex_unlock (&x->bad_lock);
+  return seen;
 }
 
 static void
@@ -63,12 +77,7 @@ log_bad (struct cdev *x, uint64_t u0, uint64_t n)
     why = "a crash or failed write (the volume is marked dirty), or "
           "tampering; run lungate verify --repair";
   atomic_fetch_add (&x->auth_failures, n);
-  again = reported (x, u0, n, false);
-  if (!again) {
-    atomic_store (&x->bad_u0, u0);
-    atomic_store (&x->bad_n, n);
-    atomic_store (&x->bad_ms, mono_ms ());
-  }
+  again = reported (x, u0, n, true, false);
   lg_log (again ? LG_LOG_DEBUG : LG_LOG_ERROR,
           "%s: units %" PRIu64 "-%" PRIu64 " (exported bytes %" PRIu64
           "-%" PRIu64 ", 512-byte LBA %" PRIu64 "+%" PRIu64
@@ -333,8 +342,11 @@ lgc_read_units_locked (struct cdev *x, const struct span *sp, uint8_t *out,
       return n;
   }
   if (n > 0) {
-    lg_log (reported (x, sp->u0, sp->u1 - sp->u0, true) ? LG_LOG_DEBUG
-                                                        : LG_LOG_WARN,
+    /* A span that holds a unit reported a moment ago: the kernel
+     * reading it again.  (A unit beside it that fails once and then
+     * reads well is then only in the debug log, and in .stats.) */
+    lg_log (reported (x, sp->u0, sp->u1 - sp->u0, false, true) ? LG_LOG_DEBUG
+                                                               : LG_LOG_WARN,
             "%s: %" PRId64 " unit%s of units %" PRIu64 "-%" PRIu64
             " failed authentication: reading them again from the target",
             x->dev.name, n, n == 1 ? "" : "s", sp->u0, sp->u1 - 1);
