@@ -28,17 +28,43 @@ lg_human_size (uint64_t bytes, char *buf, size_t len)
   return buf;
 }
 
+/* The length of the valid UTF-8 sequence at p (2 to 4 bytes: no
+ * overlong form, no surrogate, nothing past U+10FFFF), or 0. */
+static size_t
+utf8_len (const unsigned char *p)
+{
+  size_t n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+
+  if (n == 0 || p[0] > 0xf4)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0)
+      || (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+    return 0;
+  return n;
+}
+
 void
 lg_json_string (FILE *f, const char *s)
 {
   fputc ('"', f);
   for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+    size_t n;
+
     if (*p == '"' || *p == '\\')
       fprintf (f, "\\%c", *p);
-    else if (*p < 0x20 || *p >= 0x7f)
+    else if (*p < 0x20 || *p == 0x7f)
       fprintf (f, "\\u%04x", *p);
-    else
+    else if (*p < 0x80)
       fputc (*p, f);
+    else if ((n = utf8_len (p)) > 0) {
+      fwrite (p, 1, n, f); /* valid UTF-8 as it is */
+      p += n - 1;
+    }
+    else
+      fputs ("\\ufffd", f); /* a byte of no character */
   }
   fputc ('"', f);
 }

@@ -35,6 +35,26 @@ Test (fmt, json_escapes)
   free (buf);
 }
 
+/* Valid UTF-8 passes as it is; a byte of no character (a lone
+ * continuation, an overlong form, a surrogate, a cut sequence) becomes
+ * U+FFFD.  (It wrote each byte as \u00XX: "café" read back "cafÃ©".) */
+Test (fmt, json_utf8)
+{
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream (&buf, &len);
+
+  lg_json_string (f,
+                  "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xbe|\x80|\xc0\xaf|"
+                  "\xed\xa0\x80|\xe2\x82|\x7f");
+  fclose (f);
+  cr_assert_str_eq (buf,
+                    "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xbe|\\ufffd|"
+                    "\\ufffd\\ufffd|\\ufffd\\ufffd\\ufffd|\\ufffd\\ufffd|"
+                    "\\u007f\"");
+  free (buf);
+}
+
 Test (fmt, parse_size)
 {
   uint64_t v = 7;
