@@ -54,11 +54,17 @@ rc=0
 with_timeout 900 valgrind --tool=helgrind --log-file="$TGT_DIR/hg.log" \
   nbdkit -U - "$LUNGATE_PLUGIN" "url=$url" "key-file=$TGT_DIR/key" timeout=60 \
   --run "env -u LD_PRELOAD '$NBD_PYTHON' - \"\$uri\" '$TGT_PORT' <<'PY'
-import nbd, subprocess, sys, threading
+import nbd, subprocess, sys, threading, time
+t0 = time.monotonic()
+def say(*a):
+    print('workload: %.0f s:' % (time.monotonic() - t0), *a, file=sys.stderr, flush=True)
 def work(k):
     h = nbd.NBD()
     h.connect_uri(sys.argv[1])
+    say('client', k, 'connected')
     for i in range(60):
+        if i % 10 == 0:
+            say('client', k, 'at write', i)
         off = (k * 60 + i) * 8192
         h.pwrite(bytes([k + 1]) * 8192, off)
         assert h.pread(8192, off) == bytes([k + 1]) * 8192
@@ -73,9 +79,18 @@ ts = [threading.Thread(target=work, args=(k,)) for k in range(3)]
 [t.start() for t in ts]
 [t.join() for t in ts]
 PY" 2>"$TGT_DIR/nbdkit.log" || rc=$?
-[ "$rc" -eq 0 ] || { tail -20 "$TGT_DIR/nbdkit.log"; fail "the workload under helgrind failed ($rc)"; }
+# What explains a failure (a CI run under load timed out here with only
+# the echo of this command to show): nbdkit's and the workload's lines,
+# without that echo, and where helgrind was.
+explain ()
+{
+  grep -E '^(nbdkit|workload|lungate)|error|warning' "$TGT_DIR/nbdkit.log" | tail -40
+  echo "--- the last lines of helgrind's log:"
+  tail -8 "$TGT_DIR/hg.log"
+}
+[ "$rc" -eq 0 ] || { explain; fail "the workload under helgrind failed ($rc)"; }
 grep -q "logged in again" "$TGT_DIR/nbdkit.log" \
-  || { tail -20 "$TGT_DIR/nbdkit.log"; fail "the cut did not make the gateway log in again"; }
+  || { explain; fail "the cut did not make the gateway log in again"; }
 if grep -q "lock order .* violated" "$TGT_DIR/hg.log"; then
   grep -B2 -A30 "lock order" "$TGT_DIR/hg.log" | head -120
   fail "helgrind saw locks taken in both orders (doc/locking.md)"
