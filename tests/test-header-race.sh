@@ -27,18 +27,48 @@ for s in 1 2 3 4 5 6 7; do head -c 32 /dev/urandom >"$TGT_DIR/k$s"; done
 "$LUNGATE" format --key-file "$k0" "$url" >/dev/null || fail "format"
 
 stop=$TGT_DIR/stop
-gateway ()   # gateway N: open, write, close until $stop exists
-{
-  local i=0
-  while [ ! -e "$stop" ]; do
-    nbd_run "url=$url" "key-file=$k0" -- "$NBD_PYTHON" - '$uri' "$1" "$i" <<'PY' \
-      || { echo "gateway $1 round $i failed" >>"$TGT_DIR/gw-failed"; return 1; }
+cat >"$TGT_DIR/gw.py" <<'PY'
 import nbd, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
 n, i = int(sys.argv[2]), int(sys.argv[3])
 h.pwrite(bytes([n * 16 + i % 16]) * 4096, (n * 64 + i % 64) * 4096)
 h.flush()
 PY
+gateway_failed ()   # gateway_failed N ROUND START
+{
+  local log=$TGT_DIR/gw-$1.log
+  {
+    echo "gateway $1 round $2 failed after $(($(date +%s) - $3)) s:"
+    grep -v ': debug: ' "$log" | tail -20
+    echo "header updates: $(grep -c 'the header changed during an update' "$log") attempts started again, $(grep -c 'a header check took' "$log") checks too slow; the last:"
+    grep -E 'header (check took|changed during)|no answer|abort' "$log" | tail -10
+  } >>"$TGT_DIR/gw-failed"
+}
+gateway ()   # gateway N: open, write, close until $stop exists
+{
+  local i=0 t0
+  while [ ! -e "$stop" ]; do
+    # Each round's debug log is kept until the next: it shows how many
+    # attempts each header update took and how long a check ran, which
+    # is what a round that ran out of time needs to be explained.
+    t0=$(date +%s)
+    # Two header updates a round, each up to 40 attempts of a second's
+    # wait and eight round trips: the scheme's own end comes before this.
+    if ! NBD_RUN_TIMEOUT=400 nbd_run -v "url=$url" "key-file=$k0" -- \
+      "$NBD_PYTHON" "$TGT_DIR/gw.py" '$uri' "$1" "$i" 2>"$TGT_DIR/gw-$1.log"; then
+      # The one failure allowed: the timed scheme gave up after its
+      # attempts because its checks ran slower than it allows (a machine
+      # this loaded; lungate-format(5)), with the clear error.  It never
+      # counts as a round, and every gateway needs rounds that passed.
+      if grep -q 'the header kept changing during' "$TGT_DIR/gw-$1.log" \
+        && grep -q 'a header check took' "$TGT_DIR/gw-$1.log"; then
+        echo "gateway $1 round $i: a header update gave up, its checks too slow" >&2
+        grep -E 'kept changing|cannot mark' "$TGT_DIR/gw-$1.log" >&2
+        continue
+      fi
+      gateway_failed "$1" "$i" "$t0"
+      return 1
+    fi
     i=$((i + 1))
   done
   echo "$i" >"$TGT_DIR/gw-$1-rounds"
