@@ -95,10 +95,6 @@ struct cdev {
    * slot that authenticates the data before it is overwritten. */
   bool ordered;
   struct lg_barrier bar;
-  /* A login the session's check told us of (login_check), so that
-   * lgc_lower_check does not take the same login for a second one. */
-  atomic_bool login_seen;
-
   /* The dirty flag (see lg_crypt_open).  trust_newer: a unit's newer slot
    * is current unless this session knows otherwise; cleared for good by
    * any failed write.  clean_at_close: mark the header clean on close. */
@@ -112,11 +108,13 @@ struct cdev {
   atomic_bool marked;
   uint8_t *mk; /* sodium memory, for the header MAC */
 
-  /* After the lower device logged in again, its header is read before the
-   * next request (lgc_lower_check): another volume on the same LUN number
-   * (another UUID or geometry) and every request fails with ESHUTDOWN. */
+  /* After each login under the stack its header is read again, on that
+   * session, before anything held goes (cdev_reattach): another volume on
+   * the same LUN number (another UUID or geometry) and every request fails
+   * with ESHUTDOWN.  When that read failed (unchecked), the next request
+   * reads it first, under recheck (lgc_lower_check). */
   pthread_mutex_t recheck;
-  atomic_uint_fast64_t lower_logins; /* when last checked */
+  atomic_bool unchecked;
   atomic_bool replaced;
   struct lg_owner *owner; /* the owner record, where nothing else claims */
 };

@@ -99,21 +99,22 @@ lgc_after_login (struct cdev *x)
   lgc_write_failed (x);
 }
 
-/* lg_dev_login_check_fn: a session under us logged in again and holds
- * writes for this LUN; they go only if it still holds this volume. */
+/* The crypt layer's part of the reattach lifecycle (lg_dev_reattach): a
+ * session under the stack logged in again and issues nothing it held
+ * until this says the LUN still holds this volume.  The header first (a
+ * volume replaced by another is named better than by the blocks the
+ * device below last wrote), then the layer below. */
 static int
-login_check (void *opaque, struct lg_dev_reader *r)
+cdev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
 {
-  struct cdev *x = opaque;
+  struct cdev *x = to_cdev (d);
   char why[160];
-  int ours;
+  int ours, lower;
 
+  if (atomic_load (&x->replaced))
+    return -1;
   lgc_after_login (x);
-  atomic_store (&x->login_seen, true);
   ours = header_is_ours_via (x, r, why, sizeof why);
-
-  if (ours < 0)
-    return -2;
   if (ours == 0) {
     if (!atomic_exchange (&x->replaced, true))
       lg_error ("%s: the LUN holds another volume since the outage (%s): "
@@ -122,37 +123,33 @@ login_check (void *opaque, struct lg_dev_reader *r)
     atomic_store (&x->clean_at_close, false);
     return -1;
   }
-  return 0;
+  lower = lg_dev_reattach (x->lower, r);
+  if (lower == -1) {
+    /* The layer below refuses every request from now on, and said why. */
+    atomic_store (&x->clean_at_close, false);
+    atomic_store (&x->replaced, true);
+    return -1;
+  }
+  if (ours < 0)
+    atomic_store (&x->unchecked, true);
+  return ours < 0 ? -2 : lower;
 }
 
-/* Before each request: when the lower device logged in again since the
- * header was last checked, check it again (under recheck, so that one
- * request reads it while the others wait).  ESHUTDOWN from then on when
- * the LUN now holds another volume: its units would fail authentication,
- * and worse, our writes would land on it. */
+/* Before each request: when the header could not be read after a login
+ * (cdev_reattach), read it now (under recheck, so that one request reads
+ * it while the others wait).  ESHUTDOWN from then on when the LUN now
+ * holds another volume: its units would fail authentication, and worse,
+ * our writes would land on it. */
 int
 lgc_lower_check (struct cdev *x)
 {
-  struct lg_dev_transport t = { 0 };
-  int r = 0;
-
-  lg_dev_transport (x->lower, &t);
-  if (!atomic_load (&x->replaced)
-      && t.reconnects == atomic_load (&x->lower_logins))
-    return 0;
-  pthread_mutex_lock (&x->recheck);
-  lg_dev_transport (x->lower, &t);
-  if (!atomic_load (&x->replaced)
-      && t.reconnects != atomic_load (&x->lower_logins)) {
+  if (atomic_load (&x->unchecked) && !atomic_load (&x->replaced)) {
     char why[160];
-    int ours;
+    int ours = 1;
 
-    /* A login with nothing held runs no login check: this is the first
-     * this layer hears of it. */
-    if (!atomic_exchange (&x->login_seen, false))
-      lgc_after_login (x);
-    ours = header_is_ours (x, why, sizeof why);
-
+    pthread_mutex_lock (&x->recheck);
+    if (atomic_load (&x->unchecked) && !atomic_load (&x->replaced))
+      ours = header_is_ours (x, why, sizeof why);
     if (ours < 0 && errno == ESHUTDOWN) {
       /* The lower device refuses every request from now on, and said
        * why. */
@@ -168,22 +165,21 @@ lgc_lower_check (struct cdev *x)
       errno = saved ? saved : EIO;
       return -1;
     }
-    if (ours == 0) {
+    else if (ours == 0) {
       lg_error ("%s: the LUN holds another volume since the outage (%s): "
                 "refusing every request",
                 x->dev.name, why);
       atomic_store (&x->clean_at_close, false);
       atomic_store (&x->replaced, true);
     }
-    else
-      atomic_store (&x->lower_logins, t.reconnects);
+    atomic_store (&x->unchecked, false);
+    pthread_mutex_unlock (&x->recheck);
   }
-  pthread_mutex_unlock (&x->recheck);
   if (atomic_load (&x->replaced)) {
     errno = ESHUTDOWN;
-    r = -1;
+    return -1;
   }
-  return r;
+  return 0;
 }
 
 struct dirty_change {
@@ -320,7 +316,7 @@ cdev_close (struct lg_dev *d)
 {
   struct cdev *x = to_cdev (d);
 
-  lg_dev_watch_login (x->lower, NULL, NULL);
+  lg_dev_set_top (x->lower, NULL);
   mark_clean (x);
   owner_release (x);
   if (x->mk)
@@ -491,14 +487,13 @@ static const struct lg_dev_ops cdev_ops = {
   .auth_failures = cdev_auth_failures,
   .transport = cdev_transport,
   .revalidate = cdev_revalidate,
+  .reattach = cdev_reattach,
 };
 
 /* Locks, counters and what is known of the lower device. */
 static void
 init_state (struct cdev *x)
 {
-  struct lg_dev_transport t = { 0 };
-
   randombytes_buf (x->prefix, sizeof x->prefix);
   atomic_init (&x->counter, 0);
   atomic_init (&x->auth_failures, 0);
@@ -508,8 +503,7 @@ init_state (struct cdev *x)
   pthread_mutex_init (&x->dirty_lock, NULL);
   pthread_mutex_init (&x->bad_lock, NULL);
   atomic_init (&x->marked, false);
-  lg_dev_transport (x->lower, &t);
-  atomic_init (&x->lower_logins, t.reconnects);
+  atomic_init (&x->unchecked, false);
   atomic_init (&x->replaced, false);
 }
 
@@ -581,8 +575,6 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
   lg_derive_subkey (x->key, mk, LG_SUBKEY_DATA);
   init_state (x);
   init_dev (x);
-  /* Devices without sessions say ENOTSUP: nothing is held there. */
-  lg_dev_watch_login (lower, login_check, x);
 
   x->manage_dirty = manage_dirty && !lower->read_only;
   x->was_dirty = (h->flags & LG_HDR_FLAG_DIRTY) != 0;
@@ -602,6 +594,10 @@ lg_crypt_open (struct lg_dev *lower, bool owns_lower, const struct lg_header *h,
                "--repair makes it clean again)",
                lower->name);
   }
+  /* The top of the stack over lower, for the reattach lifecycle, once
+   * everything it reads is set; devices without sessions say ENOTSUP:
+   * nothing is held there. */
+  lg_dev_set_top (lower, &x->dev);
   return &x->dev;
 
 fail:

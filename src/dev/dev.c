@@ -365,13 +365,19 @@ lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 }
 
 int
-lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
+lg_dev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
 {
-  if (d->ops->watch_login == NULL) {
+  return d->ops->reattach ? d->ops->reattach (d, r) : 0;
+}
+
+int
+lg_dev_set_top (struct lg_dev *d, struct lg_dev *top)
+{
+  if (d->ops->set_top == NULL) {
     errno = ENOTSUP;
     return -1;
   }
-  return d->ops->watch_login (d, fn, opaque);
+  return d->ops->set_top (d, top);
 }
 
 uint64_t

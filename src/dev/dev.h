@@ -28,11 +28,11 @@
 
 struct lg_dev;
 
-/* How a login check reads the LUN (lg_dev_watch_login). */
+/* How a reattach reads the LUN at the bottom of the stack, on the session
+ * that logged in (lg_dev_reattach). */
 struct lg_dev_reader {
   int (*pread) (struct lg_dev_reader *r, void *buf, size_t count, uint64_t off);
 };
-typedef int lg_dev_login_check_fn (void *opaque, struct lg_dev_reader *r);
 
 /* What the transport under a device went through. */
 struct lg_dev_transport {
@@ -112,9 +112,10 @@ struct lg_dev_ops {
   int (*revalidate) (struct lg_dev *d);
   /* Optional: the transport's counters (a stack passes them up). */
   void (*transport) (const struct lg_dev *d, struct lg_dev_transport *t);
-  /* Optional: see lg_dev_watch_login. */
-  int (*watch_login) (struct lg_dev *d, lg_dev_login_check_fn *fn,
-                      void *opaque);
+  /* Optional: see lg_dev_reattach (0 where absent). */
+  int (*reattach) (struct lg_dev *d, struct lg_dev_reader *r);
+  /* Optional: see lg_dev_set_top. */
+  int (*set_top) (struct lg_dev *d, struct lg_dev *top);
   /* Optional: see lg_dev_compare_write. */
   int (*compare_write) (struct lg_dev *d, const void *expect, const void *buf,
                         size_t count, uint64_t off);
@@ -213,17 +214,25 @@ int lg_dev_revalidate (struct lg_dev *d);
 /* The transport's counters (zero where there is none). */
 void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
 
-/* A layer above d (the crypt layer) asks to check, after a session under
- * d logs in again and before that session issues what it held, that the
- * LUN still holds what the layer opened: fn (opaque, r) reads through r,
- * on that session, and returns 0 when it does, -1 when not (then what was
- * held fails and d refuses every request), -2 when it could not read
- * (what was held fails).  fn runs on a thread of the session's; it must
- * not use d itself.  fn NULL removes the check, waiting for one that
- * runs.  -1 with errno ENOTSUP where d has
- * no sessions (nothing is held across a login there). */
-int lg_dev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
-                        void *opaque);
+/* The reattach lifecycle (doc/design.md).  After each login of a session
+ * under a stack, before that session issues anything it held, the session
+ * calls the top of the stack once: each layer checks that what it opened
+ * is still there, reading the LUN through r (on that session: everything
+ * else waits), and asks the layer below with lg_dev_reattach (lower, r):
+ * the crypt layer its volume header, the iSCSI device the LUN's identity,
+ * its reservation and the blocks it last wrote.  0 all still there; -1
+ * not (the layer refuses every request from now on and has said why; what
+ * was held fails); -2 could not tell (what was held fails, and the layer
+ * checks again before its next request).  It runs on a thread of the
+ * session's and must not wait for a lock that a request holds while it
+ * waits on the target.  A device without the op answers 0. */
+int lg_dev_reattach (struct lg_dev *d, struct lg_dev_reader *r);
+
+/* Names top as the top of the stack d is the bottom of (the layer that
+ * opens over d calls it; NULL when it closes, which waits for a reattach
+ * that runs).  -1 with errno ENOTSUP where d has no sessions (nothing is
+ * held across a login there). */
+int lg_dev_set_top (struct lg_dev *d, struct lg_dev *top);
 
 /* What lg_dev_claim got, when it did not fail. */
 enum lg_claim_got {

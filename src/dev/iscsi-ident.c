@@ -282,14 +282,13 @@ sreader_pread (struct lg_dev_reader *rd, void *buf, size_t count, uint64_t off)
 }
 
 int
-idev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
+idev_set_top (struct lg_dev *d, struct lg_dev *top)
 {
   struct idev *x = to_idev (d);
 
-  pthread_mutex_lock (&x->upper_lock);
-  x->upper_check = fn;
-  x->upper_opaque = opaque;
-  pthread_mutex_unlock (&x->upper_lock);
+  pthread_mutex_lock (&x->top_lock);
+  x->top = top;
+  pthread_mutex_unlock (&x->top_lock);
   return 0;
 }
 
@@ -322,51 +321,30 @@ known_check (struct idev *x, struct lg_session *s, char *msg, size_t len)
   return k ? 2 : 0;
 }
 
-/* lg_pool_check_fn: a session of the pool logged in again and holds
- * commands for this LUN; it issues none of them until this says the LUN
- * is still the one that was opened (0), or fails them (-1 changed, -2
- * unknown).  Runs on the session's check thread: reval is not taken (a
- * request's revalidate may hold it while its probe waits on the very
- * session that waits for this). */
+/* lg_pool_check_fn: a session of the pool logged in again (the pool
+ * checks every LUN it serves after every login); it issues nothing it
+ * holds until the stack over this LUN says, through the reattach
+ * lifecycle from its top (lg_dev_reattach), that what it opened is still
+ * there (0), or fails what it holds (-1 changed, -2 unknown).  Runs on the
+ * session's check thread: reval is not taken (a request's revalidate may
+ * hold it while its probe waits on the very session that waits for
+ * this). */
 int
 idev_check_after_login (void *opaque, struct lg_session *s, int lun)
 {
   struct idev *x = opaque;
-  struct lg_lun_io io = { session_task, s, lg_pool_target (x->pool) };
-  struct lg_lun_info li;
-  char err[256], diff[384];
-  int d;
+  struct sreader r = { { sreader_pread }, x, s };
+  int ret;
 
+  (void) lun;
   if (atomic_load (&x->gone))
     return -1;
-  if ((d = probe_identity (x, &io, lun, true, &li, diff, sizeof diff, err,
-                           sizeof err))
-      < 0) {
-    lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
-    lg_reserve_unsure (x->res);
-    return -2;
-  }
-  if (d == 0) {
-    struct sreader r = { { sreader_pread }, x, s };
-    int u = lg_reserve_after_login (x->res, s);
-
-    if (u < 0)
-      return u;
-    /* The layer above says what it found: -2 when it could not read. */
-    pthread_mutex_lock (&x->upper_lock);
-    if (x->upper_check)
-      u = x->upper_check (x->upper_opaque, &r.r);
-    pthread_mutex_unlock (&x->upper_lock);
-    /* Then what it last wrote (the layer above names a volume that
-     * changed better). */
-    if (u == 0 && (d = known_check (x, s, err, sizeof err)) < 0) {
-      lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
-      return -2;
-    }
-    if (u != -1 && d == 0)
-      return u;
-    if (u != -1)
-      goto changed;
+  pthread_mutex_lock (&x->top_lock);
+  ret = lg_dev_reattach (x->top ? x->top : &x->dev, &r.r);
+  pthread_mutex_unlock (&x->top_lock);
+  if (ret == -1) {
+    /* A layer above found another volume here (and said so): nothing
+     * goes to this LUN any more, not even a close's owner record. */
     pthread_mutex_lock (&x->gone_lock);
     if (!atomic_load (&x->gone)) {
       snprintf (x->gone_msg, sizeof x->gone_msg,
@@ -376,20 +354,68 @@ idev_check_after_login (void *opaque, struct lg_session *s, int lun)
       atomic_store (&x->gone, true);
     }
     pthread_mutex_unlock (&x->gone_lock);
-    return -1;
   }
-changed:
+  return ret;
+}
+
+/* Marks the LUN gone after a login, once, saying why. */
+static void
+gone_after_login (struct idev *x, const char *why)
+{
   pthread_mutex_lock (&x->gone_lock);
   if (!atomic_load (&x->gone)) {
     snprintf (x->gone_msg, sizeof x->gone_msg,
               "%s: the LUN changed identity during the outage (%s): refusing "
               "every request, and nothing held for it is sent",
-              x->dev.name, d == 2 ? err : diff);
+              x->dev.name, why);
     lg_error ("%s", x->gone_msg);
     atomic_store (&x->gone, true);
   }
   pthread_mutex_unlock (&x->gone_lock);
-  return -1;
+}
+
+/* The bottom of the reattach lifecycle: the LUN's identity, then the
+ * reservation on the new nexus, then the blocks this writer last wrote;
+ * r is the reader idev_check_after_login made (the layers above read
+ * through it first). */
+int
+idev_reattach (struct lg_dev *d, struct lg_dev_reader *rd)
+{
+  struct idev *x = to_idev (d);
+  struct sreader *r = (struct sreader *) rd;
+  struct lg_lun_io io = { session_task, r->s, lg_pool_target (x->pool) };
+  struct lg_lun_info li;
+  char err[256], diff[384];
+  int d2, u;
+
+  if (rd->pread != sreader_pread || r->x != x) {
+    errno = EINVAL; /* not a reader of this LUN's session */
+    return -2;
+  }
+  if (atomic_load (&x->gone))
+    return -1;
+  if ((d2 = probe_identity (x, &io, x->lun, true, &li, diff, sizeof diff, err,
+                            sizeof err))
+      < 0) {
+    lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+    lg_reserve_unsure (x->res);
+    return -2;
+  }
+  if (d2 > 0) {
+    gone_after_login (x, diff);
+    return -1;
+  }
+  if ((u = lg_reserve_after_login (x->res, r->s)) < 0)
+    return u;
+  if ((d2 = known_check (x, r->s, err, sizeof err)) < 0) {
+    lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+    return -2;
+  }
+  if (d2 > 0) {
+    gone_after_login (x, err);
+    return -1;
+  }
+  return 0;
 }
 
 /* Writes fail once the reservation is lost (reserve.h). */
@@ -434,25 +460,10 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 
   if (flags & LG_CLAIM_RESET)
     return lg_reserve_fence (x->res, err, errlen);
-  /* Pinned first: a session that logs in during the claim registers. */
-  if (!x->pinned && !(flags & LG_CLAIM_SHARED)) {
-    if (lg_pool_pin (x->pool, x->lun, true) < 0) {
-      snprintf (err, errlen, "out of memory");
-      errno = ENOMEM;
-      return -1;
-    }
-    x->pinned = true;
-  }
-  if ((r = lg_reserve_claim (x->res, flags, &no_pr, err, errlen)) < 0
-      || no_pr) {
-    int e = errno;
-
-    if (x->pinned)
-      lg_pool_pin (x->pool, x->lun, false);
-    x->pinned = false;
-    errno = e;
+  /* A session that logs in during the claim registers: the pool checks
+   * this LUN after every login (idev_check_after_login). */
+  if ((r = lg_reserve_claim (x->res, flags, &no_pr, err, errlen)) < 0 || no_pr)
     return r < 0 ? -1 : LG_CLAIM_UNHELD;
-  }
   if (!(flags & LG_CLAIM_SHARED) && x->known
       && !atomic_exchange (&x->known_on, true)) {
     char why[160];

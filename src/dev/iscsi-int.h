@@ -69,17 +69,16 @@ struct idev {
   _Atomic uint64_t seen_size; /* the last capacity accepted (written under
                                  reval) */
   pthread_mutex_t gone_lock;  /* gone_msg and gone are set under it */
-  /* The layer above's login check (lg_dev_watch_login), under its lock
-   * while it runs, so that the layer cannot go away under it. */
-  pthread_mutex_t upper_lock;
-  lg_dev_login_check_fn *upper_check;
-  void *upper_opaque;
+  /* The top of the stack over this device (lg_dev_set_top; NULL: this
+   * device), under top_lock, held while a reattach runs so that the stack
+   * cannot go away under it. */
+  pthread_mutex_t top_lock;
+  struct lg_dev *top;
   unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
   struct lg_reserve *res;         /* write access (reserve.h) */
   atomic_uint pr_seen;            /* lg_pool_pr_events when last looked */
   _Atomic int64_t pr_checked_ms;  /* the reservation last read (refused) */
-  bool pinned;                    /* the pool checks the LUN at every login */
   /* Blocks whose content this writer knows (known.h): tracked from its
    * claim on, checked after every login while the LUN is held. */
   struct lg_known *known;
@@ -107,8 +106,8 @@ int idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 int idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 int idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
 void idev_note_reader (struct lg_dev *d, bool volume);
-int idev_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn,
-                      void *opaque);
+int idev_set_top (struct lg_dev *d, struct lg_dev *top);
+int idev_reattach (struct lg_dev *d, struct lg_dev_reader *r);
 int idev_check_after_login (void *opaque, struct lg_session *s, int lun);
 int64_t idev_mono_ms (void);
 unsigned idev_pool_epoch (struct idev *x);

@@ -16,8 +16,9 @@
  * an RMW and an aligned write of another connection), and neither kind
  * starves the other.  stripe_lock is a leaf, held only to count; of the
  * stripe state, nothing is held across a round trip but an RMW's own
- * turn.  reval is held across the identity probe (idev_check_identity, iscsi-ident.c), and
- * upper_lock across the upper layer's login check (doc/locking.md).
+ * turn.  reval is held across the identity probe (idev_check_identity,
+ * iscsi-ident.c), and
+ * top_lock across a reattach of the stack (doc/locking.md).
  */
 #include <config.h>
 
@@ -527,8 +528,6 @@ idev_close (struct lg_dev *d)
   struct idev *x = to_idev (d);
 
   lg_pool_unwatch (x->pool, x);
-  if (x->pinned)
-    lg_pool_pin (x->pool, x->lun, false);
   lg_reserve_free (x->res);
   lg_known_free (x->known);
   if (x->owns_pool)
@@ -606,7 +605,8 @@ static const struct lg_dev_ops idev_ops = {
   .pwrite = idev_pwrite,
   .start_rw = idev_start_rw,
   .transport = idev_transport,
-  .watch_login = idev_watch_login,
+  .reattach = idev_reattach,
+  .set_top = idev_set_top,
   .compare_write = idev_compare_write_k,
   .claim = idev_claim,
   .note_reader = idev_note_reader,
@@ -664,7 +664,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   atomic_init (&x->checked_ms, idev_mono_ms ());
   atomic_init (&x->seen_size, li->size);
   pthread_mutex_init (&x->gone_lock, NULL);
-  pthread_mutex_init (&x->upper_lock, NULL);
+  pthread_mutex_init (&x->top_lock, NULL);
   if (lg_pool_watch (p, lun, idev_check_after_login, x) < 0) {
     snprintf (err, errlen, "out of memory");
     errno = ENOMEM;

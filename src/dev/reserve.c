@@ -106,8 +106,8 @@ lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st, char *err,
 }
 
 /* Registers the key on every session of the pool that is up; one that
- * is down registers after its next login (the LUN is pinned first:
- * lg_reserve_after_login).  -1 when none could, or the target refused. */
+ * is down registers after its next login (the pool checks every LUN it
+ * serves after every login: lg_reserve_after_login).  -1 when none could, or the target refused. */
 static int
 register_all (struct lg_reserve *r, char *msg, size_t len)
 {

@@ -37,7 +37,7 @@ struct lg_pool {
   struct watch *watches;
   size_t nwatches;
   pthread_mutex_t pin_lock;
-  int *pins; /* lg_pool_pin, one entry a pin */
+  int *pins; /* one entry a watch (pin) */
   size_t npins;
   /* The last unit attention that took each LUN's reservation, by the
    * number it had in pr_events. */
@@ -129,8 +129,8 @@ lg_pool_pr_taken (struct lg_pool *p, int lun, unsigned since)
   return r || (p->ntaken == sizeof p->taken / sizeof p->taken[0]);
 }
 
-int
-lg_pool_pin (struct lg_pool *p, int lun, bool on)
+static int
+pin (struct lg_pool *p, int lun, bool on)
 {
   int r = 0;
 
@@ -160,10 +160,14 @@ lg_pool_watch (struct lg_pool *p, int lun, lg_pool_check_fn *fn, void *opaque)
 {
   struct watch *w;
 
+  /* Checked after every login of every session, held commands or not. */
+  if (pin (p, lun, true) < 0)
+    return -1;
   pthread_mutex_lock (&p->watch_lock);
   w = realloc (p->watches, (p->nwatches + 1) * sizeof *w);
   if (w == NULL) {
     pthread_mutex_unlock (&p->watch_lock);
+    pin (p, lun, false);
     return -1;
   }
   p->watches = w;
@@ -177,8 +181,10 @@ lg_pool_unwatch (struct lg_pool *p, void *opaque)
 {
   pthread_mutex_lock (&p->watch_lock);
   for (size_t i = 0; i < p->nwatches;)
-    if (p->watches[i].opaque == opaque)
+    if (p->watches[i].opaque == opaque) {
+      pin (p, p->watches[i].lun, false); /* pin_lock is a leaf */
       p->watches[i] = p->watches[--p->nwatches];
+    }
     else
       i++;
   pthread_mutex_unlock (&p->watch_lock);

@@ -41,20 +41,18 @@ unsigned lg_pool_timeouts (const struct lg_pool *p);
 /* Submits to the least loaded session; completes through cmd->waiter. */
 void lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd);
 
-/* After a session of the pool logs in again, and before it issues again
- * what it held for lun, fn (opaque, s, lun) checks that lun is still the
- * LUN that was opened (see lg_shared.validate in session.h for what it may
- * do and return).  One check a device; lg_pool_unwatch removes those of
- * opaque, waiting for one that runs. */
+/* After each login of a session of the pool, and before it issues again
+ * anything it held, fn (opaque, s, lun) checks that lun is still the LUN
+ * that was opened (see lg_shared.validate in session.h for what it may do
+ * and return): every watched LUN, after every login, whether or not the
+ * session held commands for it (a reservation is registered again on
+ * each new nexus, and a barrier starts a new epoch: dev/iscsi.c, the
+ * reattach lifecycle of dev/dev.h).  One check a device; lg_pool_unwatch
+ * removes those of opaque, waiting for one that runs. */
 typedef int lg_pool_check_fn (void *opaque, struct lg_session *s, int lun);
 int lg_pool_watch (struct lg_pool *p, int lun, lg_pool_check_fn *fn,
                    void *opaque);
 void lg_pool_unwatch (struct lg_pool *p, void *opaque);
-/* Pins lun (on) or removes one pin: the check of a pinned LUN runs after
- * every login of every session, not only when the session held commands
- * for it (a reservation is registered again on each new nexus:
- * dev/iscsi.c).  -1 when out of memory. */
-int lg_pool_pin (struct lg_pool *p, int lun, bool on);
 
 /* Unit attentions that said a LUN's reservation was preempted or
  * released: a counter (it changes at each), and whether lun had one

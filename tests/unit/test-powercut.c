@@ -74,8 +74,7 @@ struct vcdev {
   unsigned rnd;
   uint32_t next_owner;
   uint64_t flushes, fuas, cuts, reconnects;
-  lg_dev_login_check_fn *login_fn; /* of the device above */
-  void *login_opaque;
+  struct lg_dev *top; /* of the stack over it (lg_dev_set_top) */
   bool replay;        /* at a cut the target comes straight back, the
                          session logs in and resends the command (iscsi) */
   long flush_cut_at;  /* cut at the n-th flush from now (0: off) */
@@ -284,12 +283,9 @@ vc_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 }
 
 static int
-vc_watch_login (struct lg_dev *d, lg_dev_login_check_fn *fn, void *opaque)
+vc_set_top (struct lg_dev *d, struct lg_dev *top)
 {
-  struct vcdev *v = (struct vcdev *) d;
-
-  v->login_fn = fn;
-  v->login_opaque = opaque;
+  ((struct vcdev *) d)->top = top;
   return 0;
 }
 
@@ -301,7 +297,7 @@ static const struct lg_dev_ops vc_ops = {
   .zero = vc_zero,
   .close = vc_close,
   .transport = vc_transport,
-  .watch_login = vc_watch_login,
+  .set_top = vc_set_top,
 };
 
 static struct vcdev vc;
@@ -333,8 +329,8 @@ replay_login_locked (struct vcdev *v)
   v->dead = false;
   v->reconnects++;
   v->cut_clock = clock_now_get_and_bump ();
-  if (v->login_fn)
-    cr_assert_eq (v->login_fn (v->login_opaque, &rd), 0);
+  if (v->top)
+    cr_assert_eq (lg_dev_reattach (v->top, &rd), 0);
 }
 
 /* The target is back after its power cut, and the gateway, which lived
@@ -348,8 +344,8 @@ vc_relogin (void)
   vc.dead = false;
   vc.reconnects++;
   pthread_mutex_unlock (&vc.lock);
-  if (vc.login_fn)
-    cr_assert_eq (vc.login_fn (vc.login_opaque, &rd), 0);
+  if (vc.top)
+    cr_assert_eq (lg_dev_reattach (vc.top, &rd), 0);
 }
 
 static void
@@ -739,8 +735,7 @@ check_all (bool survived)
 {
   uint8_t buf[LG_UNIT_SIZE];
   struct lg_dev *rd = cd;
-  lg_dev_login_check_fn *fn = vc.login_fn;
-  void *opaque = vc.login_opaque;
+  struct lg_dev *top = vc.top;
 
   if (survived) {
     char err[256];
@@ -780,8 +775,7 @@ check_all (bool survived)
   }
   if (rd != cd) {
     lg_dev_close (rd);
-    vc.login_fn = fn;
-    vc.login_opaque = opaque;
+    vc.top = top;
   }
   /* After a cut the gateway lived through, the first flush says that
    * acknowledged writes may be lost (EIO, once); the next succeeds. */
@@ -1079,12 +1073,15 @@ Test (powercut, aead_lazy_512_replayed_target_alone)
 }
 
 /* The target loses power while the gateway is idle (nothing in flight):
- * the session logs in again with nothing held, so the login check never
- * runs (session.c luns_to_check is false); lower_check only rereads the
- * header.  The gateway still "knows" unit 9's newer slot is current,
- * overwrites the slot that authenticates what the disk holds, and when
- * that write's data fails the unit is neither old nor new. */
-Test (powercut, idle_reconnect_skips_login_check)
+ * the session logs in again with nothing held.  The reattach lifecycle
+ * still runs (the pool checks every LUN it serves after every login), so
+ * the crypt layer starts a new barrier epoch before anything is sent.
+ * Before it did (when a login with nothing held ran no check and the
+ * crypt layer only reread the header on its next request), the gateway
+ * still "knew" unit 9's newer slot was current, overwrote the slot that
+ * authenticates what the disk holds, and when that write's data failed
+ * the unit was neither old nor new. */
+Test (powercut, idle_reconnect)
 {
   long v;
 
@@ -1095,9 +1092,8 @@ Test (powercut, idle_reconnect_skips_login_check)
   cr_assert_eq (wr (cd, 9, 2), 0); /* data acknowledged, in the cache */
   pthread_mutex_lock (&vc.lock);
   vc.lose_all = true;
-  cut_locked (&vc); /* power cut, nothing in flight */
-  vc.dead = false;
-  vc.reconnects++; /* logged in again; no held command: no login check */
+  cut_locked (&vc);          /* power cut, nothing in flight */
+  replay_login_locked (&vc); /* logged in again; nothing was held */
   vc.fail_off = (int64_t) (data_off + 9 * LG_UNIT_SIZE);
   pthread_mutex_unlock (&vc.lock);
   cr_assert_neq (wr (cd, 9, 3), 0); /* its data write fails */
