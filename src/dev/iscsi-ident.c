@@ -26,7 +26,8 @@
 unsigned
 idev_pool_epoch (struct idev *x)
 {
-  return lg_pool_lun_events (x->pool) + lg_pool_reconnects (x->pool);
+  return lg_pool_generation (x->pool, false)
+      + lg_pool_generation (x->pool, true);
 }
 
 /* Before each request: is the LUN still the one that was opened?  After
@@ -156,7 +157,7 @@ idev_check_identity (struct idev *x, bool poll)
   e = idev_pool_epoch (x);
   stale = poll && idev_mono_ms () - atomic_load (&x->checked_ms) >= POLL_MS;
   if (!atomic_load (&x->gone) && (e != atomic_load (&x->epoch) || stale)) {
-    unsigned logins = lg_pool_reconnects (x->pool);
+    unsigned logins = lg_pool_generation (x->pool, true);
     bool relogin = logins != x->seen_logins;
     struct lg_lun_info li;
     char err[256], diff[384];

@@ -74,7 +74,7 @@ struct idev {
    * cannot go away under it. */
   pthread_mutex_t top_lock;
   struct lg_dev *top;
-  unsigned seen_logins;           /* lg_pool_reconnects then (under reval) */
+  unsigned seen_logins; /* lg_pool_generation (logins) then (under reval) */
   atomic_int_fast64_t checked_ms; /* when last probed */
   struct lg_reserve *res;         /* write access (reserve.h) */
   atomic_uint pr_seen;            /* lg_pool_pr_events when last looked */

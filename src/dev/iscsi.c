@@ -658,7 +658,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   pthread_mutex_init (&x->stripe_lock, NULL);
   pthread_cond_init (&x->stripe_cond, NULL);
   pthread_mutex_init (&x->reval, NULL);
-  x->seen_logins = lg_pool_reconnects (p);
+  x->seen_logins = lg_pool_generation (p, true);
   atomic_init (&x->epoch, idev_pool_epoch (x));
   atomic_init (&x->gone, false);
   atomic_init (&x->checked_ms, idev_mono_ms ());

@@ -256,7 +256,7 @@ own_after_loss (struct lg_reserve *r, unsigned reconnects_before)
   struct lg_pr_state st;
   char msg[256];
 
-  if (lg_pool_reconnects (r->p) == reconnects_before
+  if (lg_pool_generation (r->p, true) == reconnects_before
       || lg_reserve_read (r->p, r->lun, &st, msg, sizeof msg) < 0
       || !st.reserved || st.holder != r->key)
     return false;
@@ -404,7 +404,7 @@ take_over (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
 {
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   char msg[256], who[160];
-  unsigned before = lg_pool_reconnects (r->p);
+  unsigned before = lg_pool_generation (r->p, true);
 
   lg_pr_describe_key (st->holder, who, sizeof who);
   if (register_all (r, msg, sizeof msg) < 0
@@ -443,7 +443,7 @@ reserve (struct lg_reserve *r, char *err, size_t errlen)
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   struct lg_pr_state st;
   char msg[256];
-  unsigned before = lg_pool_reconnects (r->p);
+  unsigned before = lg_pool_generation (r->p, true);
   int e;
 
   if (register_all (r, msg, sizeof msg) == 0

@@ -282,8 +282,10 @@ unit_attention (struct lg_session *s, struct lg_cmd *cmd)
    * what it was (dev/iscsi.c checks it again). */
   if (asc == 0x29
       || cmd->sense.ascq == SCSI_SENSE_ASCQ_CAPACITY_DATA_HAS_CHANGED
-      || cmd->sense.ascq == 0x3f0e)
+      || cmd->sense.ascq == 0x3f0e) {
     atomic_fetch_add (&s->lun_events, 1);
+    atomic_fetch_add (&s->lun_gen, 1);
+  }
   lg_debug ("%s: LUN %d: unit attention (%s), reissuing", s->target, cmd->lun,
             lg_ascq_name (cmd->sense.ascq));
   lg_s_reset_task (cmd);

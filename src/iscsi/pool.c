@@ -331,6 +331,16 @@ lg_pool_lun_events (const struct lg_pool *p)
 }
 
 unsigned
+lg_pool_generation (const struct lg_pool *p, bool logins)
+{
+  unsigned n = 0;
+
+  for (unsigned i = 0; i < p->n; i++)
+    n += lg_session_generation (p->s[i], logins);
+  return n;
+}
+
+unsigned
 lg_pool_doubts (const struct lg_pool *p, int lun)
 {
   return lg_fence_count_lun (p->fence, lun);

@@ -37,6 +37,9 @@ unsigned lg_pool_reconnects (const struct lg_pool *p);
 unsigned lg_pool_retries (const struct lg_pool *p);
 unsigned lg_pool_lun_events (const struct lg_pool *p);
 unsigned lg_pool_timeouts (const struct lg_pool *p);
+/* Sums of the sessions' generations (lg_session_generation): what the
+ * devices key their checks on, never the counters above. */
+unsigned lg_pool_generation (const struct lg_pool *p, bool logins);
 
 /* Submits to the least loaded session; completes through cmd->waiter. */
 void lg_pool_submit (struct lg_pool *p, struct lg_cmd *cmd);

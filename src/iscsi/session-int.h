@@ -167,6 +167,10 @@ struct lg_session {
   atomic_int health; /* lg_session_health */
   atomic_uint load;  /* submitted and not completed */
   atomic_uint reconnects, retries, lun_events, timeouts;
+  /* Generations, never statistics: what revalidation keys on
+   * (lg_session_generation).  Counted where reconnects and lun_events
+   * are, but changing how those are counted must not change them. */
+  atomic_uint login_gen, lun_gen;
 };
 
 /* login.c (loop thread, s->lock not needed: the context is its own) */

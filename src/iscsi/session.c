@@ -382,6 +382,7 @@ loop_down (struct lg_session *s)
   s->answered = false;
   s->last_err[0] = '\0';
   atomic_fetch_add (&s->reconnects, 1);
+  atomic_fetch_add (&s->login_gen, 1);
   if (s->short_conns <= STORM_AFTER) /* else a storm, said once a minute */
     lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
              (double) (lg_mono_ms () - s->down_since) / 1000.0);
@@ -692,6 +693,12 @@ int
 lg_session_health (const struct lg_session *s)
 {
   return atomic_load (&s->health);
+}
+
+unsigned
+lg_session_generation (const struct lg_session *s, bool logins)
+{
+  return atomic_load (logins ? &s->login_gen : &s->lun_gen);
 }
 
 unsigned

@@ -244,4 +244,10 @@ unsigned lg_session_retries (const struct lg_session *s);
 unsigned lg_session_lun_events (const struct lg_session *s);
 unsigned lg_session_timeouts (const struct lg_session *s);
 
+/* Generations: a number that changes at each login after a lost
+ * connection (logins) or at each unit attention that says a LUN may have
+ * changed (!logins).  What a layer keys a check on; the counters above
+ * are statistics and may be counted otherwise one day. */
+unsigned lg_session_generation (const struct lg_session *s, bool logins);
+
 #endif
