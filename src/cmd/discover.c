@@ -11,9 +11,7 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
-#include "dev/reserve.h"
-#include "iscsi/lun.h"
-#include "iscsi/pool.h"
+#include "dev/open.h"
 #include "util/fmt.h"
 #include "util/log.h"
 
@@ -79,7 +77,7 @@ static int
 list_target (const struct lg_login *login, const char *portal,
              const struct lg_target *t, bool json)
 {
-  struct lg_pool *p;
+  struct lg_tgt *p;
   char err[512];
   int *luns = NULL;
   size_t n = 0;
@@ -103,12 +101,12 @@ list_target (const struct lg_login *login, const char *portal,
   }
 
   err[0] = '\0';
-  p = lg_pool_open (login, portal, t->name, 1, err, sizeof err);
+  p = lg_target_open (login, portal, t->name, 1, err, sizeof err);
   if (p == NULL) {
     lg_error ("%s", err);
     goto out;
   }
-  if (lg_report_luns (p, &luns, &n, err, sizeof err) < 0) {
+  if (lg_target_luns (p, NULL, &luns, &n, err, sizeof err) < 0) {
     lg_error ("%s", err);
     goto out;
   }
@@ -118,13 +116,13 @@ list_target (const struct lg_login *login, const char *portal,
     struct lg_lun_info li;
     struct lg_pr_state st = { 0 };
 
-    if (lg_lun_probe (p, luns[i], &li, err, sizeof err) < 0) {
+    if (lg_target_probe (p, luns[i], &li, NULL, 0, err, sizeof err) < 0) {
       lg_error ("%s", err);
       r = -1;
       continue;
     }
     if (li.is_disk && !li.no_medium
-        && lg_reserve_read (p, luns[i], &st, err, sizeof err) < 0)
+        && lg_target_reservation (p, luns[i], &st, err, sizeof err) < 0)
       lg_warn ("%s", err);
     if (json)
       print_lun_json (&li, &st, first);
@@ -143,7 +141,7 @@ out:
   else if (json)
     printf ("]}");
   free (luns);
-  lg_pool_close (p);
+  lg_target_close (p);
   return r;
 }
 

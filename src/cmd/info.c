@@ -13,10 +13,7 @@
 #include "crypt/header.h"
 #include "crypt/owner.h"
 #include "dev/file.h"
-#include "dev/iscsi.h"
-#include "dev/reserve.h"
-#include "iscsi/lun.h"
-#include "iscsi/pool.h"
+#include "dev/open.h"
 #include "util/fmt.h"
 #include "util/log.h"
 
@@ -52,23 +49,6 @@ supports (const struct lg_lun_info *li, const char *names[LG_MAX_SUPPORTS])
   if (li->lbpme && lbas_refused[0] == '\0')
     names[n++] = "get-lba-status";
   return n;
-}
-
-/* GET LBA STATUS is tried, not only inferred from LBPME (LIO 6.1 sets
- * LBPME and refuses the command): lbas_refused says why, or is empty. */
-static void
-try_lba_status (struct lg_pool *p, int lun, const struct lg_lun_info *li)
-{
-  struct scsi_task *task;
-
-  lbas_refused[0] = '\0';
-  if (!li->lbpme || (task = scsi_cdb_get_lba_status (0, 24)) == NULL)
-    return;
-  if (lg_pool_task (p, lun, task, lbas_refused, sizeof lbas_refused) == 0)
-    lbas_refused[0] = '\0';
-  else if (lbas_refused[0] == '\0')
-    snprintf (lbas_refused, sizeof lbas_refused, "refused");
-  scsi_free_scsi_task (task);
 }
 
 static const char *
@@ -117,7 +97,7 @@ print_text (const char *url, const struct lg_lun_info *li)
   else
     printf ("max-transfer-length: not reported (lungate sends at most %u "
             "blocks a command)\n",
-            lg_iscsi_max_blocks (li));
+            lg_target_max_blocks (li));
   printf ("optimal-transfer-length: %u blocks\n", li->opt_xfer_blocks);
   printf ("optimal-transfer-granularity: %u blocks\n", li->opt_gran_blocks);
   printf ("thin-provisioning: lbpme=%d lbprz=%d lbpu=%d lbpws=%d "
@@ -199,12 +179,12 @@ print_json (const char *url, const struct lg_lun_info *li)
 
 /* Who holds the LUN: its persistent reservation and registered keys. */
 static void
-print_reservation (struct lg_pool *p, int lun, bool json)
+print_reservation (struct lg_tgt *t, int lun, bool json)
 {
   struct lg_pr_state st;
   char err[512], line[1024];
 
-  if (lg_reserve_read (p, lun, &st, err, sizeof err) < 0) {
+  if (lg_target_reservation (t, lun, &st, err, sizeof err) < 0) {
     lg_warn ("%s", err);
     return;
   }
@@ -334,10 +314,11 @@ print_volume (struct lg_dev *d, bool json)
 }
 
 static void
-print_lun_volume (struct lg_pool *p, int lun, bool json)
+print_lun_volume (struct lg_tgt *t, int lun, bool json)
 {
   char err[512];
-  struct lg_dev *d = lg_iscsi_dev_open (p, false, lun, true, err, sizeof err);
+  struct lg_dev *d = lg_target_open_lun (t, lun, LG_OPEN_READ_ONLY, NULL, 0,
+                                         NULL, NULL, err, sizeof err);
 
   if (d == NULL)
     return;
@@ -383,7 +364,7 @@ lg_cmd_info (int argc, char **argv)
   struct lg_login login;
   struct lg_url u = { 0 };
   const char *path = NULL; /* a file, not a LUN URL */
-  struct lg_pool *p = NULL;
+  struct lg_tgt *t = NULL;
   struct lg_lun_info li;
   char err[512], url[512];
   bool json = false;
@@ -427,31 +408,31 @@ lg_cmd_info (int argc, char **argv)
   }
   lg_url_format (&u, url, sizeof url);
 
-  p = lg_pool_open (&login, u.portal, u.target, 1, err, sizeof err);
-  if (p == NULL) {
+  t = lg_target_open (&login, u.portal, u.target, 1, err, sizeof err);
+  if (t == NULL) {
     lg_error ("%s", err);
     goto out;
   }
-  if (lg_lun_probe (p, u.lun, &li, err, sizeof err) < 0) {
+  if (lg_target_probe (t, u.lun, &li, lbas_refused, sizeof lbas_refused, err,
+                       sizeof err)
+      < 0) {
     lg_error ("%s", err);
     goto out;
   }
-  if (li.is_disk && !li.no_medium)
-    try_lba_status (p, u.lun, &li);
   if (json)
     print_json (url, &li);
   else
     print_text (url, &li);
   if (li.is_disk && !li.no_medium) {
-    print_reservation (p, u.lun, json);
-    print_lun_volume (p, u.lun, json);
+    print_reservation (t, u.lun, json);
+    print_lun_volume (t, u.lun, json);
   }
   if (json)
     printf ("}\n");
   status = LG_EXIT_OK;
 
 out:
-  lg_pool_close (p);
+  lg_target_close (t);
   lg_url_clear (&u);
   lg_login_clear (&login);
   return status;

@@ -11,6 +11,7 @@
 #include "crypt/owner.h"
 #include "dev/iscsi.h"
 #include "dev/open.h"
+#include "dev/reserve.h"
 #include "iscsi/pool.h"
 #include "iscsi/pr.h"
 
@@ -44,7 +45,7 @@ int
 lg_target_luns (struct lg_tgt *t, const struct lg_url *u, int **luns, size_t *n,
                 char *err, size_t errlen)
 {
-  if (u->kind != LG_URL_LUN)
+  if (u == NULL || u->kind != LG_URL_LUN)
     return lg_report_luns (t->pool, luns, n, err, errlen);
   *luns = malloc (sizeof **luns);
   if (*luns == NULL) {
@@ -83,6 +84,41 @@ lg_target_open_lun (struct lg_tgt *t, int lun, unsigned flags,
   if (volume)
     *volume = d != raw;
   return d;
+}
+
+int
+lg_target_probe (struct lg_tgt *t, int lun, struct lg_lun_info *li,
+                 char *lbas_refused, size_t rlen, char *err, size_t errlen)
+{
+  struct scsi_task *task;
+
+  if (lg_lun_probe (t->pool, lun, li, err, errlen) < 0)
+    return -1;
+  if (lbas_refused == NULL)
+    return 0;
+  lbas_refused[0] = '\0';
+  if (!li->is_disk || li->no_medium || !li->lbpme
+      || (task = scsi_cdb_get_lba_status (0, 24)) == NULL)
+    return 0;
+  if (lg_pool_task (t->pool, lun, task, lbas_refused, rlen) == 0)
+    lbas_refused[0] = '\0';
+  else if (lbas_refused[0] == '\0')
+    snprintf (lbas_refused, rlen, "refused");
+  scsi_free_scsi_task (task);
+  return 0;
+}
+
+uint32_t
+lg_target_max_blocks (const struct lg_lun_info *li)
+{
+  return lg_iscsi_max_blocks (li);
+}
+
+int
+lg_target_reservation (struct lg_tgt *t, int lun, struct lg_pr_state *st,
+                       char *err, size_t errlen)
+{
+  return lg_reserve_read (t->pool, lun, st, err, errlen);
 }
 
 void

@@ -23,6 +23,7 @@
 #include "dev/dev.h"
 #include "dev/stack.h"
 #include "iscsi/lun.h"
+#include "iscsi/pr.h"
 #include "iscsi/session.h"
 #include "iscsi/targets.h"
 #include "iscsi/url.h"
@@ -36,8 +37,8 @@ struct lg_tgt *lg_target_open (const struct lg_login *login, const char *portal,
                                const char *target, unsigned connections,
                                char *err, size_t errlen);
 
-/* The LUNs to serve: the one u names (a LUN URL), else every LUN the
- * target reports.  *luns is malloc'ed.  0, or -1 with err set. */
+/* The LUNs to serve: the one u names (a LUN URL), else (or u NULL) every
+ * LUN the target reports.  *luns is malloc'ed.  0, or -1 with err set. */
 int lg_target_luns (struct lg_tgt *t, const struct lg_url *u, int **luns,
                     size_t *n, char *err, size_t errlen);
 
@@ -59,6 +60,22 @@ struct lg_dev *lg_target_open_lun (struct lg_tgt *t, int lun, unsigned flags,
                                    size_t md_cache_blocks,
                                    struct lg_lun_info *info, bool *volume,
                                    char *err, size_t errlen);
+
+/* What LUN lun of t is, without opening it (info, discover).  For a disk
+ * whose LBPME says it maps, GET LBA STATUS is tried too, not only
+ * inferred (LIO 6.1 sets LBPME and refuses the command): *lbas_refused
+ * says why it was refused, or is empty (lbas_refused NULL: not tried).
+ * 0, or -1 with err set. */
+int lg_target_probe (struct lg_tgt *t, int lun, struct lg_lun_info *li,
+                     char *lbas_refused, size_t rlen, char *err, size_t errlen);
+
+/* The largest transfer, in blocks, the stacks of LUN li use. */
+uint32_t lg_target_max_blocks (const struct lg_lun_info *li);
+
+/* LUN lun's persistent reservation as the target shows it, read-only.
+ * 0, or -1 with err set. */
+int lg_target_reservation (struct lg_tgt *t, int lun, struct lg_pr_state *st,
+                           char *err, size_t errlen);
 
 /* What still waits for the target fails now (a stop). */
 void lg_target_abandon (struct lg_tgt *t, const char *why);

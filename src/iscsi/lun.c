@@ -380,75 +380,87 @@ not_found (const struct lg_lun_io *io, int lun, char *err, size_t errlen)
   return -1;
 }
 
-int
-lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
-                 char *err, size_t errlen)
+/* The VPD pages a LUN says it has, of those the probe asks for. */
+struct vpd_pages {
+  bool b0, b2, s80, s83;
+};
+
+/* Standard INQUIRY: what the LUN is.  1 a disk (go on), 0 done (not a
+ * disk), -1 failed (err set). */
+static int
+probe_inquiry (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
+               char *err, size_t errlen)
 {
-  struct scsi_task *task;
+  struct scsi_task *task = scsi_cdb_inquiry (0, 0, 255);
   struct scsi_inquiry_standard *inq;
-  struct scsi_readcapacity16 *rc;
-  bool unsent;
-  bool has_b0 = false, has_b2 = false, has_80 = false, has_83 = false;
   int r = -1;
 
-  memset (info, 0, sizeof *info);
-  info->lun = lun;
-
-  task = scsi_cdb_inquiry (0, 0, 255);
   inq = run (io, lun, task, "INQUIRY", err, errlen, NULL);
   if (inq == NULL) {
     if (errno == ESHUTDOWN) /* LOGICAL UNIT NOT SUPPORTED */
       r = not_found (io, lun, err, errlen);
-    goto out;
   }
-  if (inq->qualifier == SCSI_INQUIRY_PERIPHERAL_QUALIFIER_NOT_SUPPORTED
-      || inq->device_type == SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_UNKNOWN) {
+  else if (inq->qualifier == SCSI_INQUIRY_PERIPHERAL_QUALIFIER_NOT_SUPPORTED
+           || inq->device_type == SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_UNKNOWN)
     r = not_found (io, lun, err, errlen);
-    goto out;
+  else {
+    info->device_type = inq->device_type;
+    info->type_name = type_name (inq->device_type);
+    info->removable = inq->rmb != 0;
+    copy_trim (info->vendor, sizeof info->vendor, inq->vendor_identification);
+    copy_trim (info->product, sizeof info->product,
+               inq->product_identification);
+    copy_trim (info->revision, sizeof info->revision,
+               inq->product_revision_level);
+    info->is_disk = info->device_type
+        == SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_DIRECT_ACCESS;
+    r = info->is_disk ? 1 : 0;
   }
-  info->device_type = inq->device_type;
-  info->type_name = type_name (inq->device_type);
-  info->removable = inq->rmb != 0;
-  copy_trim (info->vendor, sizeof info->vendor, inq->vendor_identification);
-  copy_trim (info->product, sizeof info->product, inq->product_identification);
-  copy_trim (info->revision, sizeof info->revision,
-             inq->product_revision_level);
   /* inq lives in the task's memory: nothing of it is used past here. */
   scsi_free_scsi_task (task);
-  task = NULL;
-  inq = NULL;
+  return r;
+}
 
-  if (info->device_type != SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_DIRECT_ACCESS) {
-    r = 0;
-    goto out;
-  }
-  info->is_disk = true;
+/* Supported VPD pages: ask only for the pages the LUN has.  The list and
+ * the identity pages must arrive when the target has them: a revalidation
+ * that lost them to a broken connection would take the same LUN for
+ * another one.  0, or -1 (err set). */
+static int
+probe_vpd_list (const struct lg_lun_io *io, int lun, struct vpd_pages *pg,
+                char *err, size_t errlen)
+{
+  struct scsi_task *task
+      = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES, 255);
+  struct scsi_inquiry_supported_pages *sp;
+  bool unsent;
+  int r = 0;
 
-  /* Supported VPD pages: ask only for the pages the LUN has.  The list
-   * and the identity pages must arrive when the target has them: a
-   * revalidation that lost them to a broken connection would take the
-   * same LUN for another one. */
-  {
-    struct scsi_inquiry_supported_pages *sp;
-
-    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_SUPPORTED_VPD_PAGES, 255);
-    sp = run (io, lun, task, "INQUIRY VPD 0x00", err, errlen, &unsent);
-    if (sp) {
-      for (int i = 0; i < sp->num_pages && i < 255; i++) {
-        has_b0 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS;
-        has_b2
-            |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING;
-        has_80 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER;
-        has_83 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION;
-      }
+  sp = run (io, lun, task, "INQUIRY VPD 0x00", err, errlen, &unsent);
+  if (sp) {
+    for (int i = 0; i < sp->num_pages && i < 255; i++) {
+      pg->b0 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS;
+      pg->b2
+          |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING;
+      pg->s80 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER;
+      pg->s83 |= sp->pages[i] == SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION;
     }
-    else if (page_fatal (task, unsent))
-      goto out;
-    scsi_free_scsi_task (task);
-    task = NULL;
   }
+  else if (page_fatal (task, unsent))
+    r = -1;
+  scsi_free_scsi_task (task);
+  return r;
+}
 
-  task = scsi_cdb_readcapacity16 ();
+/* READ CAPACITY(16), checked: 1 a capacity (go on), 0 no medium (done),
+ * -1 failed or out of bounds (err set). */
+static int
+probe_capacity (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
+                char *err, size_t errlen)
+{
+  struct scsi_task *task = scsi_cdb_readcapacity16 ();
+  struct scsi_readcapacity16 *rc;
+  int r = -1;
+
   rc = run (io, lun, task, "READ CAPACITY(16)", err, errlen, NULL);
   if (rc == NULL) {
     if (task && task->status == SCSI_STATUS_CHECK_CONDITION
@@ -456,55 +468,62 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
       info->no_medium = true;
       r = 0;
     }
-    goto out;
   }
-  if (rc->block_length < 512 || rc->block_length > 65536
-      || (rc->block_length & (rc->block_length - 1)) != 0) {
+  else if (rc->block_length < 512 || rc->block_length > 65536
+           || (rc->block_length & (rc->block_length - 1)) != 0) {
     snprintf (err, errlen,
               "%s/%d: READ CAPACITY(16): unsupported logical "
               "block size %u",
               io->target, lun, rc->block_length);
     errno = ENOTSUP;
-    goto out;
   }
-  if (rc->returned_lba == UINT64_MAX) {
+  else if (rc->returned_lba == UINT64_MAX) {
     snprintf (err, errlen,
               "%s/%d: READ CAPACITY(16): the last LBA is 2^64-1 (a capacity "
               "of 0 blocks once wrapped, or beyond 2^63 bytes)",
               io->target, lun);
     errno = EIO;
-    goto out;
   }
   /* Sizes are off_t and int64_t above (nbdkit, FUSE): at most 2^63 - 1. */
-  if (rc->returned_lba >= (UINT64_C (1) << 63) / rc->block_length) {
+  else if (rc->returned_lba >= (UINT64_C (1) << 63) / rc->block_length) {
     snprintf (err, errlen,
               "%s/%d: READ CAPACITY(16): capacity of %" PRIu64
               " blocks of %u bytes is beyond 2^63 bytes",
               io->target, lun, rc->returned_lba, rc->block_length);
     errno = EIO;
-    goto out;
   }
-  if (rc->lbppbe > 16
-      || ((uint64_t) rc->block_length << rc->lbppbe) > LG_PHYS_MAX) {
+  else if (rc->lbppbe > 16
+           || ((uint64_t) rc->block_length << rc->lbppbe) > LG_PHYS_MAX) {
     snprintf (err, errlen,
               "%s/%d: READ CAPACITY(16): physical block exponent %u "
               "(blocks of %u bytes) is beyond 16 or 16 MiB",
               io->target, lun, rc->lbppbe, rc->block_length);
     errno = EIO;
-    goto out;
   }
-  info->block_size = rc->block_length;
-  info->nblocks = rc->returned_lba + 1;
-  info->size = info->nblocks * info->block_size;
-  info->phys_block_size = info->block_size << rc->lbppbe;
-  info->lbpme = rc->lbpme != 0;
-  info->lbprz = rc->lbprz != 0;
+  else {
+    info->block_size = rc->block_length;
+    info->nblocks = rc->returned_lba + 1;
+    info->size = info->nblocks * info->block_size;
+    info->phys_block_size = info->block_size << rc->lbppbe;
+    info->lbpme = rc->lbpme != 0;
+    info->lbprz = rc->lbprz != 0;
+    r = 1;
+  }
   scsi_free_scsi_task (task);
-  task = NULL;
+  return r;
+}
 
-  if (has_b0) {
+/* The optional pages: block limits (0xB0) and logical block provisioning
+ * (0xB2); what does not arrive is left unknown. */
+static void
+probe_limits (const struct lg_lun_io *io, int lun, const struct vpd_pages *pg,
+              struct lg_lun_info *info)
+{
+  struct scsi_task *task;
+  char ignore[256];
+
+  if (pg->b0) {
     struct scsi_inquiry_block_limits *bl;
-    char ignore[256];
 
     task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
     bl = run (io, lun, task, "INQUIRY VPD 0xB0", ignore, sizeof ignore, NULL);
@@ -525,11 +544,9 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
       info->max_caw_blocks = bl->max_cmp;
     }
     scsi_free_scsi_task (task);
-    task = NULL;
   }
-  if (has_b2) {
+  if (pg->b2) {
     struct scsi_inquiry_logical_block_provisioning *lbp;
-    char ignore[256];
 
     task = scsi_cdb_inquiry (
         1, SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
@@ -543,55 +560,90 @@ lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
       info->provisioning_type = lbp->provisioning_type;
     }
     scsi_free_scsi_task (task);
-    task = NULL;
   }
+}
 
-  /* Identity: parsed from the raw page, after run () cut its lengths to
-   * what arrived (and padded a short reply with zeroes). */
-  if (has_80) {
-    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER, 255);
-    if (run (io, lun, task, "INQUIRY VPD 0x80", err, errlen, &unsent) != NULL)
+/* Identity: the serial (0x80) and the designators (0x83), parsed from the
+ * raw page after run () cut its lengths to what arrived (and padded a
+ * short reply with zeroes).  0, or -1 when a page the LUN has did not
+ * arrive (err set). */
+static int
+probe_ident (const struct lg_lun_io *io, int lun, const struct vpd_pages *pg,
+             struct lg_lun_info *info, char *err, size_t errlen)
+{
+  for (int i = 0; i < 2; i++) {
+    bool serial = i == 0, unsent;
+    struct scsi_task *task;
+    int r = 0;
+
+    if (!(serial ? pg->s80 : pg->s83))
+      continue;
+    task = serial
+        ? scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER, 255)
+        : scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION,
+                            1024);
+    if (run (io, lun, task, serial ? "INQUIRY VPD 0x80" : "INQUIRY VPD 0x83",
+             err, errlen, &unsent)
+        == NULL)
+      r = page_fatal (task, unsent) ? -1 : 0;
+    else if (serial)
       lg_vpd_serial_parse (task->datain.data, (size_t) task->datain.size,
                            &info->ident);
-    else if (page_fatal (task, unsent))
-      goto out;
-    scsi_free_scsi_task (task);
-    task = NULL;
-  }
-  if (has_83) {
-    task = scsi_cdb_inquiry (1, SCSI_INQUIRY_PAGECODE_DEVICE_IDENTIFICATION,
-                             1024);
-    if (run (io, lun, task, "INQUIRY VPD 0x83", err, errlen, &unsent) != NULL)
+    else
       lg_vpd_desig_parse (task->datain.data, (size_t) task->datain.size,
                           &info->ident);
-    else if (page_fatal (task, unsent))
-      goto out;
     scsi_free_scsi_task (task);
-    task = NULL;
+    if (r < 0)
+      return -1;
   }
+  return 0;
+}
 
-  /* Write protection: the WP bit of the mode parameter header.  Parsed by
-   * hand: only the 4-byte header is needed. */
-  task = scsi_cdb_modesense6 (1, SCSI_MODESENSE_PC_CURRENT,
-                              SCSI_MODEPAGE_RETURN_ALL_PAGES, 0, 255);
-  if (task) {
-    char msg[256];
+/* Write protection and the write cache: the WP bit of the mode parameter
+ * header and the caching page's WCE.  Parsed by hand: only the 4-byte
+ * header and one page are needed.  Unknown is no protection and a
+ * volatile cache. */
+static void
+probe_mode (const struct lg_lun_io *io, int lun, struct lg_lun_info *info)
+{
+  struct scsi_task *task = scsi_cdb_modesense6 (
+      1, SCSI_MODESENSE_PC_CURRENT, SCSI_MODEPAGE_RETURN_ALL_PAGES, 0, 255);
+  char msg[256];
 
-    info->volatile_cache = true;
-    if (io->task (io->opaque, lun, task, msg, sizeof msg) == 0
-        && task->datain.size >= 4) {
-      info->write_protected = (task->datain.data[2] & 0x80) != 0;
-      info->volatile_cache
-          = lg_mode_wce (task->datain.data, (size_t) task->datain.size) != 0;
-    }
-    else
-      lg_debug ("%s/%d: MODE SENSE(6): %s", io->target, lun, msg);
+  if (task == NULL)
+    return;
+  info->volatile_cache = true;
+  if (io->task (io->opaque, lun, task, msg, sizeof msg) == 0
+      && task->datain.size >= 4) {
+    info->write_protected = (task->datain.data[2] & 0x80) != 0;
+    info->volatile_cache
+        = lg_mode_wce (task->datain.data, (size_t) task->datain.size) != 0;
   }
-  r = 0;
-
-out:
+  else
+    lg_debug ("%s/%d: MODE SENSE(6): %s", io->target, lun, msg);
   scsi_free_scsi_task (task);
-  return r;
+}
+
+int
+lg_lun_probe_io (const struct lg_lun_io *io, int lun, struct lg_lun_info *info,
+                 char *err, size_t errlen)
+{
+  struct vpd_pages pg = { false, false, false, false };
+  int r;
+
+  memset (info, 0, sizeof *info);
+  info->lun = lun;
+  if ((r = probe_inquiry (io, lun, info, err, errlen)) <= 0)
+    return r;
+  if (probe_vpd_list (io, lun, &pg, err, errlen) < 0)
+    return -1;
+  if ((r = probe_capacity (io, lun, info, err, errlen)) <= 0)
+    return r;
+  probe_limits (io, lun, &pg, info);
+  if (probe_ident (io, lun, &pg, info, err, errlen) < 0)
+    return -1;
+  probe_mode (io, lun, info);
+  return 0;
 }
 
 int

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# The layers as doc/design.md draws them, kept so by the build: a front
+# end (the NBD plugins, the mount, the commands) reaches the iSCSI layer
+# only through the constructor (dev/open.h) and the block-device
+# interface (dev/dev.h), never by including the pool, the sessions, the
+# iSCSI device or the reservations itself; and no function of the
+# library or the plugins grows past 120 lines (issue 28).
+. "${srcdir:-.}/functions.sh"
+top=${top_srcdir:-..}
+bad=()
+for f in "$top"/src/cmd/*.c "$top"/src/fuse/*.c "$top"/plugins/*/*.c; do
+  while IFS= read -r inc; do
+    bad+=("${f#"$top"/}: includes $inc")
+  done < <(grep -oE '^#include "(iscsi/[^"]*|dev/iscsi[^"]*|dev/reserve\.h)"' "$f" \
+             | sed 's/^#include //')
+done
+if [ "${#bad[@]}" -gt 0 ]; then
+  printf '%s\n' "${bad[@]}" >&2
+  fail "a front end goes past the constructor (dev/open.h)"
+fi
+
+# GNU style: a function's name starts its line, its body ends at the
+# first "}" alone on a line.
+mapfile -t files < <(find "$top/src" "$top/plugins" -name '*.c' | sort)
+long=$(awk 'FNR == 1 { start = 0 }
+  /^[a-z_][a-z0-9_]* \(/ && !start { start = FNR; name = $1 }
+  /^}/ && start { if (FNR - start > 120) printf "%s: %s is %d lines\n", FILENAME, name, FNR - start; start = 0 }' \
+  "${files[@]}")
+if [ -n "$long" ]; then
+  printf '%s\n' "$long" >&2
+  fail "functions over 120 lines"
+fi
+echo "test-layers: ok"
