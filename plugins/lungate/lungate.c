@@ -14,11 +14,9 @@
 #include <config.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +30,7 @@
 #include "common/glue.h"
 #include "dev/dev.h"
 #include "dev/open.h"
+#include "lungate/signals.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -86,13 +85,8 @@ struct handle {
 NBDKIT_DLL_PUBLIC int lungate_debug_verbose = 0;
 
 /* The counters of every export, in the FUSE .stats format: on SIGUSR1
- * (a signal handler writes to a pipe; a thread logs them where nbdkit's
- * messages go), and at exit on nbdkit's debug channel (nbdkit -v): they
- * are not errors. */
-static int stats_pipe[2] = { -1, -1 };
-static pthread_t stats_thread;
-static bool stats_thread_running;
-
+ * (signals.h), where nbdkit's messages go, and at exit on nbdkit's debug
+ * channel (nbdkit -v): they are not errors. */
 static void
 log_stats (const char *why)
 {
@@ -115,80 +109,9 @@ log_stats (const char *why)
 }
 
 static void
-on_sigusr1 (int sig)
+stats_now (void)
 {
-  char c = 1;
-  int saved = errno;
-
-  (void) sig;
-  if (write (stats_pipe[1], &c, 1) < 0) {
-    /* Nothing to do in a signal handler. */
-  }
-  errno = saved;
-}
-
-static void *
-stats_loop (void *arg)
-{
-  char c;
-
-  (void) arg;
-  /* 1 from the handler; 0 from stop_stats (not an end of file: the pipe
-   * was made before nbdkit forked, and the other process keeps its
-   * write end). */
-  while (read (stats_pipe[0], &c, 1) == 1 && c == 1)
-    log_stats ("SIGUSR1");
-  return NULL;
-}
-
-/* The handler goes in before nbdkit listens (get_ready): nbdkit binds
- * its socket before after_fork, which logs in, so a SIGUSR1 sent as soon
- * as the socket appears found the default action and killed nbdkit
- * (test-stats under load).  What arrives before the thread waits in the
- * pipe. */
-static void
-arm_stats (void)
-{
-  struct sigaction sa;
-
-  if (stats_pipe[1] >= 0 || pipe2 (stats_pipe, O_CLOEXEC) < 0)
-    return;
-  fcntl (stats_pipe[1], F_SETFL, O_NONBLOCK);
-  memset (&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigusr1;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset (&sa.sa_mask);
-  sigaction (SIGUSR1, &sa, NULL);
-}
-
-static void
-start_stats (void)
-{
-  if (stats_pipe[0] < 0)
-    return;
-  if (pthread_create (&stats_thread, NULL, stats_loop, NULL) != 0) {
-    signal (SIGUSR1, SIG_IGN);
-    return;
-  }
-  stats_thread_running = true;
-}
-
-static void
-stop_stats (void)
-{
-  char c = 0;
-
-  if (!stats_thread_running)
-    return;
-  signal (SIGUSR1, SIG_IGN);
-  /* The write end does not block: a full pipe waits for the thread. */
-  while (write (stats_pipe[1], &c, 1) < 0
-         && (errno == EAGAIN || errno == EINTR))
-    usleep (1000);
-  close (stats_pipe[1]);
-  pthread_join (stats_thread, NULL);
-  close (stats_pipe[0]);
-  stats_thread_running = false;
+  log_stats ("SIGUSR1");
 }
 
 static void
@@ -203,92 +126,17 @@ lungate_load (void)
   lg_login_init (&login);
 }
 
+/* A signal that stops nbdkit (signals.h): what still waits for the
+ * target fails at once. */
+static void
+quit_now (void)
+{
+  lg_target_abandon (target, "nbdkit is stopping");
+}
+
 /* Stops every thread of ours and closes the devices: once, from unload
  * or at exit, whichever comes first (no session thread should outlive
  * the process's own exit handlers). */
-/* nbdkit waits for the requests in the plugin before it exits on a
- * signal; requests waiting for a target that is gone would hold it up to
- * the outage budget.  So the plugin's handler runs first (a byte down a
- * pipe to a thread, which fails them at once with lg_pool_abandon), then
- * nbdkit's own.  (nbdkit_nanosleep also returns at shutdown, but says so
- * as an error at every exit.) */
-static const int quit_signals[] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP };
-static struct sigaction nbdkit_action[4];
-static int quit_pipe[2] = { -1, -1 };
-static pthread_t watch_thread;
-static bool watch_running;
-
-static void
-on_quit (int sig)
-{
-  unsigned char c = 1;
-  int saved = errno;
-
-  if (write (quit_pipe[1], &c, 1) < 0) {
-    /* The pipe is full: the thread has been told already. */
-  }
-  for (size_t i = 0; i < 4; i++)
-    if (quit_signals[i] == sig) {
-      if (nbdkit_action[i].sa_handler == SIG_DFL
-          || nbdkit_action[i].sa_handler == SIG_IGN) {
-        sigaction (sig, &nbdkit_action[i], NULL);
-        raise (sig);
-      }
-      else
-        nbdkit_action[i].sa_handler (sig);
-    }
-  errno = saved;
-}
-
-static void *
-watch_shutdown (void *arg)
-{
-  unsigned char c = 0;
-
-  (void) arg;
-  while (read (quit_pipe[0], &c, 1) < 0 && errno == EINTR)
-    ;
-  if (c == 1)
-    lg_target_abandon (target, "nbdkit is stopping");
-  return NULL;
-}
-
-static void
-start_watch (void)
-{
-  struct sigaction sa;
-
-  if (pipe2 (quit_pipe, O_CLOEXEC) < 0)
-    return;
-  if (pthread_create (&watch_thread, NULL, watch_shutdown, NULL) != 0)
-    return;
-  watch_running = true;
-  memset (&sa, 0, sizeof sa);
-  sa.sa_handler = on_quit;
-  sigemptyset (&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (size_t i = 0; i < 4; i++)
-    sigaction (quit_signals[i], &sa, &nbdkit_action[i]);
-}
-
-static void
-stop_watch (void)
-{
-  unsigned char c = 0;
-
-  if (!watch_running)
-    return;
-  for (size_t i = 0; i < 4; i++)
-    sigaction (quit_signals[i], &nbdkit_action[i], NULL);
-  if (write (quit_pipe[1], &c, 1) < 0) {
-    /* Full: a byte is there already. */
-  }
-  pthread_join (watch_thread, NULL);
-  close (quit_pipe[0]);
-  close (quit_pipe[1]);
-  watch_running = false;
-}
-
 static void
 shut_down (void)
 {
@@ -297,8 +145,7 @@ shut_down (void)
   if (done)
     return;
   done = true;
-  stop_watch ();
-  stop_stats ();
+  lgp_signals_stop ();
   log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)
     lg_dev_close (exports[i].dev);
@@ -559,7 +406,7 @@ lungate_get_ready (void)
 
   if (lungate_debug_verbose)
     lg_log_set_level (LG_LOG_TRACE);
-  arm_stats ();
+  lgp_signals_arm ();
 
   t = lg_target_open (&login, portals, purl.target, 1, err, sizeof err);
   if (t == NULL) {
@@ -640,7 +487,7 @@ open_exports (void)
   /* Before the LUNs are opened: nbdkit already listens, and a SIGTERM
    * while a target that stopped answering holds the opening would else
    * wait out the whole outage budget. */
-  start_watch ();
+  lgp_signals_start (quit_now, stats_now);
   if (lg_target_luns (target, &purl, &luns, &n, err, sizeof err) < 0)
     return start_failed (err);
   exports = calloc (n ? n : 1, sizeof *exports);
@@ -681,7 +528,7 @@ lungate_after_fork (void)
      * fails with the reason instead of waiting for ever. */
     nexports = 0;
   }
-  start_stats ();
+  lgp_signals_ready ();
   atexit (shut_down);
   return 0;
 }
