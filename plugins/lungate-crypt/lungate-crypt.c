@@ -271,14 +271,15 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
     size = next->get_size (next);
     if (size < 0)
       goto out;
-    if ((uint64_t) size != nextdev.size) {
+    if ((uint64_t) size != lg_dev_size (&nextdev)) {
       nbdkit_error ("lungate-crypt: this export's size (%" PRIi64 " bytes) "
                     "is not the volume's (%" PRIu64 " bytes)",
-                    size, nextdev.size);
+                    size, lg_dev_size (&nextdev));
       goto out;
     }
     if (next_pread (&nextdev, buf, sizeof buf, 0) < 0
-        || lg_header_parse (buf, nextdev.size, &h, err, sizeof err) < 0
+        || lg_header_parse (buf, lg_dev_size (&nextdev), &h, err, sizeof err)
+            < 0
         || sodium_memcmp (h.uuid, volume_uuid, sizeof volume_uuid) != 0) {
       nbdkit_error ("lungate-crypt: this export is not the volume the "
                     "filter serves");
@@ -293,7 +294,7 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
   memset (&nextdev, 0, sizeof nextdev);
   nextdev.ops = &next_ops;
   snprintf (nextdev.name, sizeof nextdev.name, "lungate-crypt");
-  nextdev.size = (uint64_t) size;
+  lg_dev_set_size (&nextdev, (uint64_t) size);
   nextdev.block_size = 512;
   nextdev.pref_block_size = 4096;
   nextdev.max_io = CHUNK;
@@ -340,7 +341,7 @@ crypt_get_size (nbdkit_next *next, void *handle)
 {
   (void) next;
   (void) handle;
-  return (int64_t) cdev->size;
+  return (int64_t) lg_dev_size (cdev);
 }
 
 static int

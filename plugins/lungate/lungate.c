@@ -98,7 +98,8 @@ log_stats (const char *why)
     if (f == NULL)
       return;
     fprintf (f, "stats (%s): export=lun%d lun=%s size=%" PRIu64 " ", why,
-             exports[i].info.lun, exports[i].dev->name, exports[i].dev->size);
+             exports[i].info.lun, exports[i].dev->name,
+             lg_dev_size (exports[i].dev));
     lg_dev_stats_print (exports[i].dev, f);
     if (fclose (f) == 0 && strcmp (why, "exit") == 0)
       nbdkit_debug ("%s", buf);
@@ -544,7 +545,8 @@ lungate_list_exports (int readonly, int is_tls, struct nbdkit_exports *e)
 
     snprintf (name, sizeof name, "lun%d", li->lun);
     snprintf (desc, sizeof desc, "%s %s, %s, %u-byte blocks%s", li->vendor,
-              li->product, lg_human_size (exports[i].dev->size, hs, sizeof hs),
+              li->product,
+              lg_human_size (lg_dev_size (exports[i].dev), hs, sizeof hs),
               exports[i].dev->block_size,
               exports[i].crypt ? ", lungate volume" : "");
     if (nbdkit_add_export (e, name, desc) < 0)

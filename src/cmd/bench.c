@@ -230,7 +230,7 @@ open_crypt (struct lg_dev *raw, int mode, char *err, size_t errlen)
     return NULL;
   }
   memset (&h, 0, sizeof h);
-  if (lg_header_geometry (&h, raw->size) < 0) {
+  if (lg_header_geometry (&h, lg_dev_size (raw)) < 0) {
     snprintf (err, errlen, "the LUN is too small for a lungate volume");
     sodium_free (mk);
     return NULL;
@@ -481,7 +481,8 @@ static int
 check_writable (struct lg_dev *raw, const struct bench_args *a)
 {
   static uint8_t head[128 * 1024];
-  size_t n = raw->size < sizeof head ? (size_t) raw->size : sizeof head;
+  size_t n = lg_dev_size (raw) < sizeof head ? (size_t) lg_dev_size (raw)
+                                             : sizeof head;
   const char *what;
 
   if (!a->write)
@@ -557,7 +558,7 @@ run_mode (struct lg_dev *raw, const struct bench_args *a, unsigned m,
       return -1;
     }
   }
-  region = a->size < d->size ? a->size : d->size;
+  region = a->size < lg_dev_size (d) ? a->size : lg_dev_size (d);
   region -= region % a->seq_bs;
   if (region < a->seq_bs || region < a->rand_bs) {
     lg_error ("%s: the LUN is smaller than one request", d->name);

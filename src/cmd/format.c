@@ -94,7 +94,8 @@ static int
 looks_used (struct lg_dev *d, size_t from, const char **what)
 {
   static uint8_t buf[1 << 20];
-  size_t n = d->size < sizeof buf ? (size_t) d->size : sizeof buf;
+  size_t n
+      = lg_dev_size (d) < sizeof buf ? (size_t) lg_dev_size (d) : sizeof buf;
 
   if (lg_dev_pread (d, buf, n, 0) < 0)
     return -1;
@@ -239,7 +240,7 @@ look_further (struct lg_dev *raw, uint64_t md_end, char *buf, size_t len,
               const char **what, bool *md_data)
 {
   static uint8_t b[128 * 1024];
-  uint64_t size = raw->size;
+  uint64_t size = lg_dev_size (raw);
 
   *what = NULL;
   *md_data = false;
@@ -296,7 +297,8 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
    * as nothing but zeroes follows the mark in the first MiB (format
    * zeroes it before it writes the mark). */
   mark = lg_header_is_format_mark (hb);
-  if (!lg_header_has_magic (hb) && raw->size >= LG_HDR_COPY1_OFFSET + sizeof hb
+  if (!lg_header_has_magic (hb)
+      && lg_dev_size (raw) >= LG_HDR_COPY1_OFFSET + sizeof hb
       && lg_dev_pread (raw, hb, sizeof hb, LG_HDR_COPY1_OFFSET) < 0)
     return -1;
   if (lg_header_has_magic (hb)
@@ -309,10 +311,10 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
       return -1;
   }
   memset (h, 0, sizeof *h);
-  if (lg_header_geometry (h, raw->size) < 0) {
+  if (lg_header_geometry (h, lg_dev_size (raw)) < 0) {
     lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
               "volume",
-              raw->name, raw->size);
+              raw->name, lg_dev_size (raw));
     return -1;
   }
   /* After a format mark, whatever the interrupted format had not yet
@@ -404,7 +406,7 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
   /* Except after an interrupted format (or with --force): its sealed
    * slots would read as errors, so the metadata area is wiped too. */
   if (zero_lun (raw, LG_HDR_AREA,
-                !a->lazy                      ? raw->size
+                !a->lazy                      ? lg_dev_size (raw)
                     : interrupted || a->force ? h->data_offset
                                               : LG_HDR_AREA)
       < 0) {

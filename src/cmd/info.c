@@ -234,12 +234,13 @@ print_volume (struct lg_dev *d, bool json)
   char err[512], uuid[LG_UUID_HEX];
   int r;
 
-  r = d->size < LG_HDR_COPY1_OFFSET + LG_HDR_SIZE
+  r = lg_dev_size (d) < LG_HDR_COPY1_OFFSET + LG_HDR_SIZE
       ? (errno = ENOENT, -1)
       : lg_header_read (d, &h, err, sizeof err);
   if (r < 0 && errno == ENOENT) {
     uint8_t b0[LG_HDR_SIZE];
-    bool mark = d->size >= sizeof b0 && lg_dev_pread (d, b0, sizeof b0, 0) == 0
+    bool mark = lg_dev_size (d) >= sizeof b0
+        && lg_dev_pread (d, b0, sizeof b0, 0) == 0
         && lg_header_is_format_mark (b0);
 
     if (json)
@@ -340,11 +341,11 @@ info_file (const char *path, bool json)
   if (json) {
     printf ("{\"file\": ");
     lg_json_string (stdout, path);
-    printf (", \"size\": %" PRIu64, d->size);
+    printf (", \"size\": %" PRIu64, lg_dev_size (d));
   }
   else
-    printf ("file: %s\nsize: %" PRIu64 " bytes (%s)\n", path, d->size,
-            lg_human_size (d->size, hs, sizeof hs));
+    printf ("file: %s\nsize: %" PRIu64 " bytes (%s)\n", path, lg_dev_size (d),
+            lg_human_size (lg_dev_size (d), hs, sizeof hs));
   print_volume (d, json);
   if (json)
     printf ("}\n");

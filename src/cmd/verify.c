@@ -69,7 +69,7 @@ interrupted (struct lg_dev *d, bool repair, const struct tally *t)
   lg_error ("%s: verify interrupted (SIG%s) after %" PRIu64 " of %" PRIu64
             " units, %" PRIu64 " bad ranges among them%s",
             d->name, sigabbrev_np (lg_cmd_stopped ()), units_done,
-            d->size / LG_UNIT_SIZE, t->ranges,
+            lg_dev_size (d) / LG_UNIT_SIZE, t->ranges,
             !repair                      ? ""
                 : lg_crypt_was_dirty (d) ? "; the volume stays dirty: run "
                                            "verify --repair to the end"
@@ -160,8 +160,8 @@ lg_cmd_verify (int argc, char **argv)
     goto out;
   }
   lg_progress_start ("verify");
-  nbad = lg_crypt_verify (d, 0, d->size / LG_UNIT_SIZE, repair, bad, progress,
-                          &t);
+  nbad = lg_crypt_verify (d, 0, lg_dev_size (d) / LG_UNIT_SIZE, repair, bad,
+                          progress, &t);
   if (nbad < 0)
     lg_progress_abandon ();
   else
@@ -176,13 +176,13 @@ lg_cmd_verify (int argc, char **argv)
   }
   if (nbad == 0) {
     printf ("verify: all %" PRIu64 " units are authentic\n",
-            d->size / LG_UNIT_SIZE);
+            lg_dev_size (d) / LG_UNIT_SIZE);
     status = LG_EXIT_OK;
   }
   else
     printf ("verify: %" PRId64 " of %" PRIu64 " units failed "
             "authentication, in %" PRIu64 " ranges\n",
-            nbad, d->size / LG_UNIT_SIZE, t.ranges);
+            nbad, lg_dev_size (d) / LG_UNIT_SIZE, t.ranges);
 
 out:
   lg_dev_close (d);

@@ -55,7 +55,7 @@ header_is_ours_via (struct cdev *x, struct lg_dev_reader *rd, char *why,
             : lg_dev_pread (x->lower, buf, LG_HDR_SIZE, off[c]))
         < 0)
       goto out;
-    if (lg_header_parse (buf, x->lower->size, &h, NULL, 0) < 0)
+    if (lg_header_parse (buf, lg_dev_size (x->lower), &h, NULL, 0) < 0)
       continue;
     valid++;
     if (sodium_memcmp (h.uuid, x->h.uuid, LG_UUID_BYTES) != 0) {
@@ -515,7 +515,7 @@ init_dev (struct cdev *x)
 
   snprintf (x->dev.name, sizeof x->dev.name, "%s", lower->name);
   x->dev.ops = &cdev_ops;
-  x->dev.size = x->h.nunits * LG_UNIT_SIZE;
+  lg_dev_set_size (&x->dev, x->h.nunits * LG_UNIT_SIZE);
   x->dev.block_size = LG_UNIT_SIZE;
   x->dev.pref_block_size = LG_UNIT_SIZE;
   x->dev.max_io = lower->max_io > LG_UNIT_SIZE

@@ -98,7 +98,7 @@ parse_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
   unsigned n = 0;
 
   for (c = 0; c < 2; c++)
-    r[c] = lg_header_parse (buf[c], dev->size, &p[c], NULL, 0);
+    r[c] = lg_header_parse (buf[c], lg_dev_size (dev), &p[c], NULL, 0);
   c = r[0] == 0 && (r[1] < 0 || p[0].seq >= p[1].seq) ? 0 : 1;
   *seq = 0;
   if (r[c] == 0) {
@@ -274,7 +274,7 @@ attempt (struct lg_dev *dev, bool *caw, const struct times *tm,
   }
   h.seq = seq + 1;
   lg_header_serialize (&h, out);
-  if (lg_header_parse (out, dev->size, &check, err, errlen) < 0) {
+  if (lg_header_parse (out, lg_dev_size (dev), &check, err, errlen) < 0) {
     errno = EINVAL; /* never write a header that would not open */
     goto out;
   }

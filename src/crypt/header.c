@@ -702,17 +702,17 @@ lg_header_read_copies (struct lg_dev *dev, uint8_t buf[2][LG_HDR_SIZE],
                        char *err, size_t errlen)
 {
   for (int c = 0; c < 2; c++) {
-    if (dev->size < copy_offset[c] + LG_HDR_SIZE) {
+    if (lg_dev_size (dev) < copy_offset[c] + LG_HDR_SIZE) {
       /* Too small for a volume; a lone magic at 0 still says what it is. */
       if (c == 1 && lg_header_has_magic (buf[0]))
         return fail (err, errlen,
                      "the device (%" PRIu64 " bytes) is too small for a "
                      "lungate volume",
-                     dev->size);
+                     lg_dev_size (dev));
       if (err && errlen)
         snprintf (err, errlen,
                   "no lungate header (the device has %" PRIu64 " bytes)",
-                  dev->size);
+                  lg_dev_size (dev));
       errno = ENOENT;
       return -1;
     }
@@ -748,7 +748,8 @@ lg_header_read_all (struct lg_dev *dev, struct lg_header hc[2], unsigned *n,
     return -1;
   }
   for (c = 0; c < 2; c++)
-    r[c] = lg_header_parse (buf[c], dev->size, &p[c], why[c], sizeof why[c]);
+    r[c] = lg_header_parse (buf[c], lg_dev_size (dev), &p[c], why[c],
+                            sizeof why[c]);
   if (r[0] < 0 && r[1] < 0)
     return fail (err, errlen, "header copy 0: %s; header copy 1: %s", why[0],
                  why[1]);
@@ -804,7 +805,7 @@ lg_header_write (struct lg_dev *dev, struct lg_header *h)
     return -1;
   }
   for (int c = 0; c < 2; c++) {
-    r[c] = lg_header_parse (buf[c], dev->size, &hc[c], NULL, 0);
+    r[c] = lg_header_parse (buf[c], lg_dev_size (dev), &hc[c], NULL, 0);
     /* The new copies must win over anything on the disk, even if h was
      * not read from it. */
     if (r[c] == 0 && hc[c].seq > seq)
@@ -827,7 +828,7 @@ lg_header_write (struct lg_dev *dev, struct lg_header *h)
   hc[0].seq = seq + 1;
   lg_header_serialize (&hc[0], out);
   /* Never replace a volume's header with one that would not open. */
-  if (lg_header_parse (out, dev->size, &hc[1], err, sizeof err) < 0) {
+  if (lg_header_parse (out, lg_dev_size (dev), &hc[1], err, sizeof err) < 0) {
     lg_error ("%s: refusing to write an invalid header: %s", dev->name, err);
     errno = EINVAL;
     return -1;

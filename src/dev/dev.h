@@ -129,7 +129,7 @@ struct lg_dev_ops {
 struct lg_dev {
   const struct lg_dev_ops *ops;
   char name[300];      /* for messages: "TARGET/LUN" */
-  uint64_t size;       /* bytes; may change while served (follow_resize): read
+  uint64_t size_;      /* bytes; may change while served (follow_resize): read
                   * it with lg_dev_size, set it with lg_dev_set_size */
   uint32_t block_size; /* smallest write that needs no RMW */
   uint32_t pref_block_size; /* preferred I/O granularity */
@@ -275,13 +275,13 @@ void lg_dev_stats_print (const struct lg_dev *d, FILE *f);
 static inline uint64_t
 lg_dev_size (const struct lg_dev *d)
 {
-  return __atomic_load_n (&d->size, __ATOMIC_RELAXED);
+  return __atomic_load_n (&d->size_, __ATOMIC_RELAXED);
 }
 
 static inline void
 lg_dev_set_size (struct lg_dev *d, uint64_t size)
 {
-  __atomic_store_n (&d->size, size, __ATOMIC_RELAXED);
+  __atomic_store_n (&d->size_, size, __ATOMIC_RELAXED);
 }
 
 #endif

@@ -186,7 +186,7 @@ lg_file_dev_open (const char *path, bool read_only, char *err, size_t errlen)
   }
   snprintf (x->dev.name, sizeof x->dev.name, "%s", path);
   x->dev.ops = &fdev_ops;
-  x->dev.size = size;
+  lg_dev_set_size (&x->dev, size);
   x->dev.block_size = 512;
   x->dev.pref_block_size = 4096;
   x->dev.max_io = 4u << 20;

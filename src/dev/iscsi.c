@@ -685,7 +685,7 @@ lg_iscsi_dev_open (struct lg_pool *p, bool owns_pool, int lun, bool read_only,
   if (!read_only && !li->write_protected && x->bs <= 4096)
     x->known = lg_known_new (x->bs);
   x->dev.ops = &idev_ops;
-  x->dev.size = li->size;
+  lg_dev_set_size (&x->dev, li->size);
   x->dev.block_size = x->bs;
   x->dev.pref_block_size = lg_lun_pref_io (li);
   x->dev.max_io = x->max_blocks * x->bs;

@@ -30,7 +30,7 @@ volume_uuid (struct lg_dev *lower, char hex[LG_UUID_HEX])
 
   for (int c = 0; c < 2; c++)
     if (lg_dev_pread (lower, buf, sizeof buf, off[c]) == 0
-        && lg_header_parse (buf, lower->size, &h, NULL, 0) == 0) {
+        && lg_header_parse (buf, lg_dev_size (lower), &h, NULL, 0) == 0) {
       lg_header_uuid_hex (&h, hex);
       return 0;
     }
@@ -48,14 +48,14 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
   uint8_t *mk = NULL;
   int saved;
 
-  if (lower->size < LG_STACK_MIN_VOLUME) {
+  if (lg_dev_size (lower) < LG_STACK_MIN_VOLUME) {
     /* Too small to hold the headers: never a volume. */
     if (!has_key)
       return lower;
     snprintf (err, errlen,
               "%s: a key was given but the LUN (%" PRIu64 " bytes) is too "
               "small to be a lungate volume",
-              lower->name, lower->size);
+              lower->name, lg_dev_size (lower));
     saved = EINVAL;
     goto fail;
   }
@@ -200,7 +200,7 @@ has_header (struct lg_dev *lower)
 {
   uint8_t buf[LG_HDR_SIZE];
 
-  if (lower->size < LG_STACK_MIN_VOLUME)
+  if (lg_dev_size (lower) < LG_STACK_MIN_VOLUME)
     return false;
   return (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY0_OFFSET) == 0
           && lg_header_has_magic (buf))

@@ -220,13 +220,14 @@ static void
 out_of_range (uint8_t *buf)
 {
   errno = 0;
-  CHECK (lg_dev_pread (dev, buf, 512, dev->size - 100) == -1 && errno == EINVAL,
+  CHECK (lg_dev_pread (dev, buf, 512, lg_dev_size (dev) - 100) == -1
+             && errno == EINVAL,
          "read past the end: errno %d", errno);
   errno = 0;
   CHECK (lg_dev_pwrite (dev, buf, 512, UINT64_MAX - 10, 0) == -1
              && errno == EINVAL,
          "write at 2^64: errno %d", errno);
-  CHECK (lg_dev_pread (dev, buf, 4096, dev->size - 4096) == 0,
+  CHECK (lg_dev_pread (dev, buf, 4096, lg_dev_size (dev) - 4096) == 0,
          "read of the last block: %m");
 }
 
@@ -268,8 +269,8 @@ main (int argc, char **argv)
   }
   printf ("iotest: %s: %" PRIu64 " bytes, %u-byte blocks, max I/O %u, "
           "%u connections\n",
-          dev->name, dev->size, dev->block_size, dev->max_io, conns);
-  if (dev->size < 2 * (uint64_t) REGION) {
+          dev->name, lg_dev_size (dev), dev->block_size, dev->max_io, conns);
+  if (lg_dev_size (dev) < 2 * (uint64_t) REGION) {
     fprintf (stderr, "iotest: the LUN must hold at least %u bytes\n",
              2 * REGION);
     return 2;

@@ -106,7 +106,7 @@ setup_volume (uint32_t mode, bool lazy)
   memset (&mem, 0, sizeof mem);
   mem.buf = calloc (1, MEM_SIZE);
   mem.dev.ops = &mem_ops;
-  mem.dev.size = MEM_SIZE;
+  lg_dev_set_size (&mem.dev, MEM_SIZE);
   mem.dev.block_size = 512;
   mem.dev.max_io = 1 << 20;
   mem.writes_left = -1;
@@ -165,7 +165,7 @@ Test (crypt, aead_round_trip_and_no_plaintext_on_disk)
 
   setup_volume (LG_MODE_AEAD, false);
   d = open_volume ();
-  cr_assert_eq (d->size, hdr.nunits * 4096);
+  cr_assert_eq (lg_dev_size (d), hdr.nunits * 4096);
   memset (w, 'P', sizeof w);
   cr_assert_eq (lg_dev_pwrite (d, w, sizeof w, 4096 * 7, 0), 0);
   cr_assert_eq (lg_dev_pread (d, r, sizeof r, 4096 * 7), 0);

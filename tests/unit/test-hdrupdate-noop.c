@@ -281,7 +281,7 @@ dev_init (struct wdev *w, int who)
 {
   memset (w, 0, sizeof *w);
   w->dev.ops = &ops;
-  w->dev.size = DEV_SIZE;
+  lg_dev_set_size (&w->dev, DEV_SIZE);
   w->dev.block_size = 512;
   w->dev.max_io = 1 << 20;
   w->who = who;

@@ -183,7 +183,7 @@ setup (enum caw caw)
   hd.verify_ms = caw == CAW_NONE ? LG_HDR_VERIFY_MS : 25;
   ops.compare_write = caw == CAW_NONE ? NULL : h_compare_write;
   hd.dev.ops = &ops;
-  hd.dev.size = DEV_SIZE;
+  lg_dev_set_size (&hd.dev, DEV_SIZE);
   hd.dev.block_size = 512;
   hd.dev.max_io = 1 << 20;
   strcpy (hd.dev.name, "hdr");

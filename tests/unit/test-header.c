@@ -732,7 +732,7 @@ mem_open (uint64_t size)
   cr_assert_not_null (m->data);
   m->dev.ops = &mem_ops;
   snprintf (m->dev.name, sizeof m->dev.name, "mem");
-  m->dev.size = size;
+  lg_dev_set_size (&m->dev, size);
   m->dev.block_size = 512;
   m->writes_left = -1;
   return m;

@@ -121,7 +121,7 @@ setup (void)
   lg_log_set_sink (quiet);
   disk = calloc (1, DEV_SIZE);
   dev.ops = &ops;
-  dev.size = DEV_SIZE;
+  lg_dev_set_size (&dev, DEV_SIZE);
   dev.block_size = 512;
   dev.max_io = 1 << 20;
   strcpy (dev.name, "mem");

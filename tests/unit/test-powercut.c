@@ -119,7 +119,7 @@ pend_clear_locked (struct vcdev *v)
 static void
 cut_locked (struct vcdev *v)
 {
-  bool *seen = calloc (v->dev.size / v->gran, 1);
+  bool *seen = calloc (lg_dev_size (&v->dev) / v->gran, 1);
 
   cr_assert_not_null (seen);
   for (size_t i = 0; i < v->np; i++) {
@@ -143,8 +143,9 @@ cut_locked (struct vcdev *v)
   }
   free (seen);
   pend_clear_locked (v);
-  memcpy (v->view, v->stable, v->dev.size);
-  memcpy (v->vowner, v->sowner, v->dev.size / v->gran * sizeof *v->sowner);
+  memcpy (v->view, v->stable, lg_dev_size (&v->dev));
+  memcpy (v->vowner, v->sowner,
+          lg_dev_size (&v->dev) / v->gran * sizeof *v->sowner);
   v->dead = true;
   v->cuts++;
 }
@@ -362,7 +363,7 @@ vc_init (unsigned gran, unsigned seed)
   vc.vowner = calloc (nb, sizeof *vc.vowner);
   cr_assert (vc.stable && vc.view && vc.sowner && vc.vowner);
   vc.dev.ops = &vc_ops;
-  vc.dev.size = VOL_SIZE;
+  lg_dev_set_size (&vc.dev, VOL_SIZE);
   vc.dev.block_size = gran;
   vc.dev.max_io = 1 << 20;
   vc.dev.can_fua = true;
