@@ -404,6 +404,38 @@ bench_value (struct bench_args *a, int c, const char *arg)
   return -1;
 }
 
+/* bench's own options (lg_cmd_spec.option). */
+static int
+bench_option (void *args, int c, const char *arg)
+{
+  struct bench_args *a = args;
+
+  switch (c) {
+  case OPT_TIME:
+  case OPT_SEQ_BS:
+  case OPT_RAND_BS:
+  case OPT_SIZE:
+  case OPT_DEPTHS:
+  case OPT_CRYPT:
+  case OPT_CONNECTIONS:
+  case OPT_SVG:
+    if (bench_value (a, c, arg) < 0)
+      return LG_EXIT_USAGE; /* a malformed value */
+    return 0;
+  case OPT_WRITE:
+    a->write = true;
+    return 0;
+  case OPT_FORCE:
+    a->force = true;
+    return 0;
+  case OPT_JSON:
+    a->json = true;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 /* The options and the LUN: -1 to go on, else the exit status. */
 static int
 parse_args (int argc, char **argv, struct bench_args *a)
@@ -425,44 +457,12 @@ parse_args (int argc, char **argv, struct bench_args *a)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  int c, status;
+  static const struct lg_cmd_spec spec = {
+    "bench", opts, NULL, usage, LG_HELP_LOGIN, 1, "a LUN URL", bench_option,
+  };
+  int status = lg_cmd_parse (&spec, argc, argv, &a->login, NULL, a);
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&a->login, NULL, c, optarg);
-
-    if (r < 0)
-      return -r;
-    if (r > 0)
-      continue;
-    switch (c) {
-    case OPT_TIME:
-    case OPT_SEQ_BS:
-    case OPT_RAND_BS:
-    case OPT_SIZE:
-    case OPT_DEPTHS:
-    case OPT_CRYPT:
-    case OPT_CONNECTIONS:
-    case OPT_SVG:
-      if (bench_value (a, c, optarg) < 0)
-        return LG_EXIT_USAGE; /* a malformed value */
-      break;
-    case OPT_WRITE:
-      a->write = true;
-      break;
-    case OPT_FORCE:
-      a->force = true;
-      break;
-    case OPT_JSON:
-      a->json = true;
-      break;
-    case 'h':
-      printf ("%s%s", usage, lg_login_help);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("bench", "unknown option");
-    }
-  }
-  if ((status = lg_cmd_positionals ("bench", argc, argv, 1, "a LUN URL")) != 0)
+  if (status >= 0)
     return status;
   if (a->nmodes > 1 && !a->write)
     return lg_usage_error ("bench",

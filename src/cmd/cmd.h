@@ -181,6 +181,40 @@ int lg_cmd_prepare (const char *url, struct lg_url *u, struct lg_login *l);
 int lg_cmd_prepare_lun (const char *cmd, const char *arg, struct lg_url *u,
                         struct lg_login *l, const char **path);
 
+#define LG_HELP_KEYS 1  /* lg_key_help */
+#define LG_HELP_LOGIN 2 /* lg_login_help */
+
+/* A command's prologue, the wireguard-tools way: each command describes
+ * its options in a table entry and lg_cmd_parse does the rest. */
+struct lg_cmd_spec {
+  const char *name;          /* for messages: "format" */
+  const struct option *opts; /* for getopt_long, ending in a zero entry */
+  const char *shortopts;     /* besides LG_CMD_SHORTOPTS, or NULL */
+  const char *usage;         /* printed for -h, then what helps says */
+  unsigned helps;            /* LG_HELP_KEYS, LG_HELP_LOGIN */
+  int npos;                  /* arguments wanted after the options; -1: the
+                                command counts them itself */
+  const char *what;          /* "a LUN URL": what they are, for messages */
+  /* The command's own option c (optarg arg): 0, -1 when c is none of its
+   * own, or the exit status with the problem reported.  NULL: the command
+   * has none. */
+  int (*option) (void *args, int c, const char *arg);
+};
+
+/* getopt_long over spec's options (anywhere, up to "--"); the shared
+ * ones (lg_cmd_option: login, -v and -q, --takeover, and the key options
+ * where keys is not NULL; only -v and -q where login is NULL); -h prints
+ * the usage and the help; any other goes to spec->option (args, c, arg),
+ * and one that nobody knows is a usage error.  Then, where spec->npos is
+ * not negative, exactly that many arguments.  -1 to go on (optind is the
+ * first argument), else the exit status. */
+int lg_cmd_parse (const struct lg_cmd_spec *spec, int argc, char **argv,
+                  struct lg_login *login, struct lg_cmd_keys *keys, void *args);
+
+/* lg_cmd_spec.option for a command whose own options are one flag:
+ * args is a bool *, which any of them sets. */
+int lg_cmd_set_flag (void *args, int c, const char *arg);
+
 /* After getopt (which takes options anywhere, up to "--"): exactly want
  * arguments remain, else "unexpected argument 'X'" or "expected WHAT" and
  * LG_EXIT_USAGE.  0 when they do. */

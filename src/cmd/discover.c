@@ -154,39 +154,20 @@ lg_cmd_discover (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
+  static const struct lg_cmd_spec spec = {
+    "discover",    opts, NULL,           usage,
+    LG_HELP_LOGIN, 1,    "a portal URL", lg_cmd_set_flag,
+  };
   struct lg_login login;
   struct lg_url u = { 0 };
   struct lg_target_list *targets;
   char err[512];
   bool json = false;
-  int c, status = LG_EXIT_FAIL, shown = 0;
+  int status = LG_EXIT_FAIL, shown = 0;
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, NULL, c, optarg);
-
-    if (r < 0) {
-      status = -r;
-      goto out;
-    }
-    if (r > 0)
-      continue;
-    switch (c) {
-    case OPT_JSON:
-      json = true;
-      break;
-    case 'h':
-      printf ("%s%s", usage, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
-    default:
-      status = lg_usage_error ("discover", "unknown option");
-      goto out;
-    }
-  }
-  if ((status = lg_cmd_positionals ("discover", argc, argv, 1, "a portal URL"))
-      != 0)
+  if ((status = lg_cmd_parse (&spec, argc, argv, &login, NULL, &json)) >= 0)
     goto out;
   if ((status = lg_cmd_prepare (argv[optind], &u, &login)) != 0)
     goto out;

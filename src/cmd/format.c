@@ -121,6 +121,47 @@ struct format_args {
   bool lazy, force, batch;
 };
 
+/* format's own options (lg_cmd_spec.option). */
+static int
+format_option (void *args, int c, const char *arg)
+{
+  struct format_args *a = args;
+
+  switch (c) {
+  case OPT_MODE:
+    if (strcmp (arg, "aead") == 0)
+      a->mode = LG_MODE_AEAD;
+    else if (strcmp (arg, "mac") == 0)
+      a->mode = LG_MODE_MAC;
+    else {
+      lg_error ("--mode: '%s': want aead or mac", arg);
+      return LG_EXIT_USAGE;
+    }
+    return 0;
+  case OPT_ARGON2:
+    if (strcmp (arg, "interactive") == 0) {
+      a->ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
+      a->mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
+    }
+    else if (strcmp (arg, "moderate") != 0) {
+      lg_error ("--argon2: '%s': want interactive or moderate", arg);
+      return LG_EXIT_USAGE;
+    }
+    return 0;
+  case OPT_LAZY:
+    a->lazy = true;
+    return 0;
+  case OPT_FORCE:
+    a->force = true;
+    return 0;
+  case OPT_BATCH:
+    a->batch = true;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 /* The options and the LUN: -1 to go on, else the exit status. */
 static int
 parse_args (int argc, char **argv, struct format_args *a)
@@ -137,55 +178,19 @@ parse_args (int argc, char **argv, struct format_args *a)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  int c, status;
+  static const struct lg_cmd_spec spec = {
+    "format",
+    opts,
+    NULL,
+    usage,
+    LG_HELP_KEYS | LG_HELP_LOGIN,
+    1,
+    "a LUN URL or a file",
+    format_option,
+  };
+  int status = lg_cmd_parse (&spec, argc, argv, &a->login, &a->keys, a);
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
-
-    if (r < 0)
-      return -r;
-    if (r > 0)
-      continue;
-    switch (c) {
-    case OPT_MODE:
-      if (strcmp (optarg, "aead") == 0)
-        a->mode = LG_MODE_AEAD;
-      else if (strcmp (optarg, "mac") == 0)
-        a->mode = LG_MODE_MAC;
-      else {
-        lg_error ("--mode: '%s': want aead or mac", optarg);
-        return LG_EXIT_USAGE;
-      }
-      break;
-    case OPT_ARGON2:
-      if (strcmp (optarg, "interactive") == 0) {
-        a->ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
-        a->mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
-      }
-      else if (strcmp (optarg, "moderate") != 0) {
-        lg_error ("--argon2: '%s': want interactive or moderate", optarg);
-        return LG_EXIT_USAGE;
-      }
-      break;
-    case OPT_LAZY:
-      a->lazy = true;
-      break;
-    case OPT_FORCE:
-      a->force = true;
-      break;
-    case OPT_BATCH:
-      a->batch = true;
-      break;
-    case 'h':
-      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("format", "unknown option");
-    }
-  }
-  if ((status
-       = lg_cmd_positionals ("format", argc, argv, 1, "a LUN URL or a file"))
-      != 0)
+  if (status >= 0)
     return status;
   if ((a->keys.keyfile == NULL) == !lg_cmd_keys_passphrase (&a->keys))
     return lg_usage_error ("format",

@@ -362,6 +362,10 @@ lg_cmd_info (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
+  static const struct lg_cmd_spec spec = {
+    "info",          opts, NULL, usage, LG_HELP_LOGIN, 1, "a LUN URL or a file",
+    lg_cmd_set_flag,
+  };
   struct lg_login login;
   struct lg_url u = { 0 };
   const char *path = NULL; /* a file, not a LUN URL */
@@ -369,35 +373,11 @@ lg_cmd_info (int argc, char **argv)
   struct lg_lun_info li;
   char err[512], url[512];
   bool json = false;
-  int c, status = LG_EXIT_FAIL;
+  int status = LG_EXIT_FAIL;
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, NULL, c, optarg);
-
-    if (r < 0) {
-      status = -r;
-      goto out;
-    }
-    if (r > 0)
-      continue;
-    switch (c) {
-    case OPT_JSON:
-      json = true;
-      break;
-    case 'h':
-      printf ("%s%s", usage, lg_login_help);
-      status = LG_EXIT_OK;
-      goto out;
-    default:
-      status = lg_usage_error ("info", "unknown option");
-      goto out;
-    }
-  }
-  if ((status
-       = lg_cmd_positionals ("info", argc, argv, 1, "a LUN URL or a file"))
-      != 0)
+  if ((status = lg_cmd_parse (&spec, argc, argv, &login, NULL, &json)) >= 0)
     goto out;
   if ((status = lg_cmd_prepare_lun ("info", argv[optind], &u, &login, &path))
       != 0)

@@ -116,6 +116,48 @@ ask_new (struct key_args *a, const char *name)
   return a->new_pass ? 0 : -1;
 }
 
+/* key's own options (lg_cmd_spec.option). */
+static int
+key_option (void *args, int c, const char *arg)
+{
+  struct key_args *a = args;
+
+  switch (c) {
+  case OPT_NEW_KEY_FILE:
+    if (a->new_key)
+      sodium_free (a->new_key);
+    a->new_key = lg_keyfile_read (arg);
+    if (a->new_key == NULL)
+      return LG_EXIT_FAIL;
+    return 0;
+  case OPT_NEW_PASSPHRASE_FILE:
+    lg_secret_free (a->new_pass);
+    a->new_pass = lg_cmd_new_passphrase (arg, &a->new_prompt);
+    if (a->new_pass == NULL && !a->new_prompt)
+      return LG_EXIT_FAIL;
+    return 0;
+  case OPT_NEW_PASSPHRASE_PROMPT:
+    lg_secret_free (a->new_pass);
+    a->new_pass = NULL;
+    a->new_prompt = true;
+    return 0;
+  case OPT_SLOT:
+    if (lg_parse_long (arg, 10, 0, LG_KEYSLOTS - 1, &a->slot) < 0) {
+      lg_error ("--slot: '%s': want 0 to %d", arg, LG_KEYSLOTS - 1);
+      return LG_EXIT_USAGE;
+    }
+    return 0;
+  case OPT_FORCE:
+    a->force = true;
+    return 0;
+  case OPT_KEY_JSON:
+    a->json = true;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 /* The options, the action and the LUN: -1 to go on, else the exit
  * status. */
 static int
@@ -134,53 +176,14 @@ parse_args (int argc, char **argv, struct key_args *a)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  int c, status;
+  static const struct lg_cmd_spec spec = {
+    "key", opts, NULL,       usage, LG_HELP_KEYS | LG_HELP_LOGIN,
+    -1,    NULL, key_option,
+  };
+  int status = lg_cmd_parse (&spec, argc, argv, &a->login, &a->keys, a);
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
-
-    if (r < 0)
-      return -r;
-    if (r > 0)
-      continue;
-    switch (c) {
-    case OPT_NEW_KEY_FILE:
-      if (a->new_key)
-        sodium_free (a->new_key);
-      a->new_key = lg_keyfile_read (optarg);
-      if (a->new_key == NULL)
-        return LG_EXIT_FAIL;
-      break;
-    case OPT_NEW_PASSPHRASE_FILE:
-      lg_secret_free (a->new_pass);
-      a->new_pass = lg_cmd_new_passphrase (optarg, &a->new_prompt);
-      if (a->new_pass == NULL && !a->new_prompt)
-        return LG_EXIT_FAIL;
-      break;
-    case OPT_NEW_PASSPHRASE_PROMPT:
-      lg_secret_free (a->new_pass);
-      a->new_pass = NULL;
-      a->new_prompt = true;
-      break;
-    case OPT_SLOT:
-      if (lg_parse_long (optarg, 10, 0, LG_KEYSLOTS - 1, &a->slot) < 0) {
-        lg_error ("--slot: '%s': want 0 to %d", optarg, LG_KEYSLOTS - 1);
-        return LG_EXIT_USAGE;
-      }
-      break;
-    case OPT_FORCE:
-      a->force = true;
-      break;
-    case OPT_KEY_JSON:
-      a->json = true;
-      break;
-    case 'h':
-      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("key", "unknown option");
-    }
-  }
+  if (status >= 0)
+    return status;
   if (optind >= argc)
     return lg_usage_error ("key", "expected list, test, add, change or remove");
   a->verb = argv[optind++];

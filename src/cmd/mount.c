@@ -523,6 +523,34 @@ mount_option (struct mount_args *a, int c, const char *arg)
   return -1;
 }
 
+/* mount's own options (lg_cmd_spec.option). */
+static int
+mount_own_option (void *args, int c, const char *arg)
+{
+  struct mount_args *a = args;
+
+  switch (c) {
+  case 'f':
+  case 'o':
+  case OPT_CONNECTIONS:
+  case OPT_MODE:
+  case OPT_UID:
+  case OPT_GID:
+  case OPT_NONEMPTY:
+  case OPT_KEY_DIR:
+    if (mount_option (a, c, arg) < 0)
+      return LG_EXIT_USAGE; /* a malformed value */
+    return 0;
+  case OPT_LOG:
+    if (arg[0] == '\0')
+      return lg_usage_error ("mount", "--log: stderr, syslog or a file");
+    a->log = arg;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 /* The options and the two arguments: -1 to go on, else the exit
  * status. */
 static int
@@ -544,43 +572,19 @@ parse_args (int argc, char **argv, struct mount_args *a)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  int c, status;
+  static const struct lg_cmd_spec spec = {
+    "mount",
+    opts,
+    "fo:",
+    usage,
+    LG_HELP_KEYS | LG_HELP_LOGIN,
+    2,
+    "a URL and a directory",
+    mount_own_option,
+  };
+  int status = lg_cmd_parse (&spec, argc, argv, &a->login, &a->keys, a);
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS "fo:", opts, NULL))
-         != -1) {
-    int r = lg_cmd_option (&a->login, &a->keys, c, optarg);
-
-    if (r < 0)
-      return -r;
-    if (r > 0)
-      continue;
-    switch (c) {
-    case 'f':
-    case 'o':
-    case OPT_CONNECTIONS:
-    case OPT_MODE:
-    case OPT_UID:
-    case OPT_GID:
-    case OPT_NONEMPTY:
-    case OPT_KEY_DIR:
-      if (mount_option (a, c, optarg) < 0)
-        return LG_EXIT_USAGE; /* a malformed value */
-      break;
-    case OPT_LOG:
-      if (optarg[0] == '\0')
-        return lg_usage_error ("mount", "--log: stderr, syslog or a file");
-      a->log = optarg;
-      break;
-    case 'h':
-      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("mount", "unknown option");
-    }
-  }
-  if ((status
-       = lg_cmd_positionals ("mount", argc, argv, 2, "a URL and a directory"))
-      != 0)
+  if (status >= 0)
     return status;
   if (a->allow_other && !a->default_perms) {
     lg_error ("-o allow_other needs -o default_permissions too: otherwise "

@@ -452,28 +452,16 @@ lg_cmd_status (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
+  static const struct lg_cmd_spec spec = {
+    "status", opts, NULL, status_usage, 0, 0, NULL, lg_cmd_set_flag,
+  };
   bool json = false;
   FILE *mf;
   struct mntent *m;
-  int c, nmounts = 0, nnbd;
+  int status, nmounts = 0, nnbd;
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1)
-    switch (c) {
-    case OPT_JSON:
-      json = true;
-      break;
-    case 'v':
-    case 'q':
-      lg_cmd_verbosity (c);
-      break;
-    case 'h':
-      printf ("%s", status_usage);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("status", "unknown option");
-    }
-  if (optind < argc)
-    return lg_usage_error ("status", "unexpected argument '%s'", argv[optind]);
+  if ((status = lg_cmd_parse (&spec, argc, argv, NULL, NULL, &json)) >= 0)
+    return status;
   if (json)
     printf ("{\"mounts\": [");
   if ((mf = setmntent ("/proc/self/mounts", "r")) != NULL) {
@@ -599,28 +587,16 @@ lg_cmd_umount (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
+  static const struct lg_cmd_spec spec = {
+    "umount", opts, NULL, umount_usage, 0, 1, "a mount directory", NULL,
+  };
   char abs[PATH_MAX];
   struct mstats ms;
   pid_t pid;
-  int c;
+  int status;
 
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1)
-    switch (c) {
-    case 'v':
-    case 'q':
-      lg_cmd_verbosity (c);
-      break;
-    case 'h':
-      printf ("%s", umount_usage);
-      return LG_EXIT_OK;
-    default:
-      return lg_usage_error ("umount", "unknown option");
-    }
-  if (optind == argc)
-    return lg_usage_error ("umount", "expected a mount directory");
-  if (optind + 1 < argc)
-    return lg_usage_error ("umount", "unexpected argument '%s'",
-                           argv[optind + 1]);
+  if ((status = lg_cmd_parse (&spec, argc, argv, NULL, NULL, NULL)) >= 0)
+    return status;
   if (!find_mount (argv[optind], abs, sizeof abs)) {
     lg_error ("%s: not a lungate mount (lungate status lists them)",
               argv[optind]);

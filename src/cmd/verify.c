@@ -87,6 +87,16 @@ lg_cmd_verify (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
+  static const struct lg_cmd_spec spec = {
+    "verify",
+    opts,
+    NULL,
+    usage,
+    LG_HELP_KEYS | LG_HELP_LOGIN,
+    1,
+    "a LUN URL or a file",
+    lg_cmd_set_flag,
+  };
   struct lg_login login;
   struct lg_cmd_keys keys = { 0 };
   struct lg_url u = { 0 };
@@ -97,34 +107,11 @@ lg_cmd_verify (int argc, char **argv)
   char err[512];
   int64_t nbad;
   bool repair = false;
-  int c, status = LG_EXIT_FAIL;
+  int status = LG_EXIT_FAIL;
 
   if (lg_login_init (&login) < 0)
     return LG_EXIT_FAIL;
-  while ((c = getopt_long (argc, argv, LG_CMD_SHORTOPTS, opts, NULL)) != -1) {
-    int r = lg_cmd_option (&login, &keys, c, optarg);
-
-    if (r < 0) {
-      status = -r;
-      goto out;
-    }
-    if (r > 0)
-      continue;
-    if (c == OPT_REPAIR) {
-      repair = true;
-      continue;
-    }
-    if (c == 'h') {
-      printf ("%s%s%s", usage, lg_key_help, lg_login_help);
-      status = LG_EXIT_OK;
-    }
-    else
-      status = lg_usage_error ("verify", "unknown option");
-    goto out;
-  }
-  if ((status
-       = lg_cmd_positionals ("verify", argc, argv, 1, "a LUN URL or a file"))
-      != 0)
+  if ((status = lg_cmd_parse (&spec, argc, argv, &login, &keys, &repair)) >= 0)
     goto out;
   status = LG_EXIT_FAIL;
   if (keys.keyfile == NULL && !lg_cmd_keys_passphrase (&keys)) {
