@@ -76,17 +76,19 @@ validate (void *opaque, struct lg_session *s, int lun)
   return r;
 }
 
-/* lg_shared.always: the pinned LUNs.  pin_lock is a leaf: a session's
- * loop takes it under its own lock. */
+/* lg_shared.always: the pinned LUNs, all of them (the first cap in
+ * luns; the count returned may be more).  pin_lock is a leaf: a
+ * session's loop takes it under its own lock. */
 static unsigned
 always (void *opaque, int *luns, unsigned cap)
 {
   struct lg_pool *p = opaque;
-  unsigned n = 0;
+  unsigned n;
 
   pthread_mutex_lock (&p->pin_lock);
-  for (size_t i = 0; i < p->npins && n < cap; i++)
-    luns[n++] = p->pins[i];
+  n = (unsigned) p->npins;
+  for (unsigned i = 0; i < n && i < cap; i++)
+    luns[i] = p->pins[i];
   pthread_mutex_unlock (&p->pin_lock);
   return n;
 }

@@ -201,38 +201,68 @@ loop_up (struct lg_session *s, int64_t *last)
 /* ---- the identity check after a login ---- */
 
 /* The LUNs a check must cover: those of held commands, of doubts lost
- * with the connection, and those the pool checks after every login
- * (s->lock held).  Fills s->vluns; false when none. */
-#define ALWAYS_MAX 64
-static bool
+ * with the connection, and every one the pool checks after every login,
+ * however many (s->lock held).  Fills s->vluns: 1, or 0 when none, -1
+ * out of memory. */
+static int
 luns_to_check (struct lg_session *s)
 {
-  int always[ALWAYS_MAX];
+  int *always = NULL;
   unsigned cap = 0, nalways = 0;
 
-  if (s->shared && s->shared->always)
-    nalways = s->shared->always (s->shared->opaque, always, ALWAYS_MAX);
-  cap = nalways;
+  /* The pins may change between the two calls (a device opening): ask
+   * again until they fit. */
+  for (;;) {
+    unsigned n;
 
+    if (s->shared == NULL || s->shared->always == NULL)
+      break;
+    n = s->shared->always (s->shared->opaque, always, nalways);
+    if (n <= nalways) {
+      nalways = n;
+      break;
+    }
+    free (always);
+    if ((always = calloc (n, sizeof *always)) == NULL)
+      return -1;
+    nalways = n;
+  }
+  cap = nalways;
   free (s->vluns);
   s->vluns = NULL;
   s->nvluns = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    for (const struct lg_cmd *c = s->held; c; c = c->next)
-      cap += pass == 0;
-    for (const struct lg_doubt *d = s->doubts; d; d = d->snext)
-      cap += pass == 0 && d->lost;
+  for (const struct lg_cmd *c = s->held; c; c = c->next)
+    cap++;
+  for (const struct lg_doubt *d = s->doubts; d; d = d->snext)
+    cap += d->lost;
+  if (cap == 0 || (s->vluns = calloc (cap, sizeof *s->vluns)) == NULL) {
+    free (always);
+    return cap == 0 ? 0 : -1;
   }
-  if (cap == 0 || (s->vluns = calloc (cap, sizeof *s->vluns)) == NULL)
-    return false;
   for (unsigned i = 0; i < nalways; i++)
     lg_s_add_lun (s->vluns, &s->nvluns, always[i]);
+  free (always);
   for (const struct lg_cmd *c = s->held; c; c = c->next)
     lg_s_add_lun (s->vluns, &s->nvluns, c->lun);
   for (const struct lg_doubt *d = s->doubts; d; d = d->snext)
     if (d->lost)
       lg_s_add_lun (s->vluns, &s->nvluns, d->lun);
   return s->nvluns > 0;
+}
+
+/* The check cannot run: what was held for the LUNs known fails, and the
+ * connection goes again, so that nothing is sent to a LUN unchecked (the
+ * next login checks again). */
+static void
+cannot_check (struct lg_session *s, const char *why)
+{
+  lg_error ("%s: cannot check the LUNs after the login (%s): logging in "
+            "again",
+            lg_s_name (s), why);
+  for (unsigned i = 0; i < s->nvluns; i++)
+    lg_s_lun_changed (s, s->vluns[i], false,
+                      "the LUN could not be checked again");
+  lg_s_connection_lost (s, "the LUNs could not be checked after the login");
 }
 
 static void *
@@ -279,22 +309,21 @@ join_validator (struct lg_session *s)
 void
 lg_s_after_login (struct lg_session *s)
 {
-  int err;
+  int err, n = 0;
 
-  if (s->shared == NULL || s->shared->validate == NULL || !luns_to_check (s)) {
+  if (s->shared && s->shared->validate && (n = luns_to_check (s)) < 0) {
+    cannot_check (s, "out of memory");
+    return;
+  }
+  if (n == 0) {
     lg_s_recover (s);
     return;
   }
   s->validating = s->recovering = true;
   lg_s_set_ready (s);
   if ((err = pthread_create (&s->validator, NULL, validator, s)) != 0) {
-    lg_error ("%s: cannot start the identity check: %s", lg_s_name (s),
-              strerror (err));
-    s->validating = false;
-    for (unsigned i = 0; i < s->nvluns; i++)
-      lg_s_lun_changed (s, s->vluns[i], false,
-                        "the LUN could not be checked again");
-    lg_s_recover (s);
+    s->validating = s->recovering = false;
+    cannot_check (s, strerror (err));
     return;
   }
   s->validator_started = true;

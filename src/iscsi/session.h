@@ -145,8 +145,10 @@ struct lg_shared {
    * changed (what was held for it fails, and its doubts stay fenced);
    * -2: could not tell (what was held for it fails). */
   int (*validate) (void *opaque, struct lg_session *s, int lun);
-  /* The LUNs (at most cap, in luns) that validate checks after every
-   * login, whether or not anything was held for them; may be NULL. */
+  /* The LUNs that validate checks after every login, whether or not
+   * anything was held for them: returns how many there are, and puts the
+   * first cap of them in luns (the caller asks again with room for all);
+   * may be NULL. */
   unsigned (*always) (void *opaque, int *luns, unsigned cap);
   /* A unit attention said the LUN's reservation was preempted or
    * released (whichever thread services the session, s->lock held: it
