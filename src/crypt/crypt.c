@@ -335,12 +335,6 @@ cdev_close (struct lg_dev *d)
   sodium_free (x);
 }
 
-static uint64_t
-cdev_auth_failures (const struct lg_dev *d)
-{
-  return atomic_load (&((const struct cdev *) d)->auth_failures);
-}
-
 static int
 cdev_revalidate (struct lg_dev *d)
 {
@@ -350,9 +344,13 @@ cdev_revalidate (struct lg_dev *d)
 }
 
 static void
-cdev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+cdev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
 {
-  lg_dev_transport (((const struct cdev *) d)->lower, t);
+  const struct lg_dev *lower = ((const struct cdev *) d)->lower;
+
+  if (lower->ops->counters)
+    lower->ops->counters (lower, c);
+  c->auth_failures += atomic_load (&((const struct cdev *) d)->auth_failures);
 }
 
 /* Write access taken: the device may have been open (read-only, in the
@@ -433,6 +431,12 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   struct cdev *x = to_cdev (d);
   int r = 0;
 
+  if (flags & LG_CLAIM_READER) {
+    /* A reader beside another gateway's writes reads a volume's units. */
+    if (x->lower->ops->claim)
+      x->lower->ops->claim (x->lower, flags | LG_CLAIM_VOLUME, NULL, 0);
+    return LG_CLAIM_UNHELD;
+  }
   if (flags & LG_CLAIM_SHARED) {
     snprintf (err, errlen,
               "%s: a lungate volume cannot be shared: it has one writer "
@@ -462,20 +466,8 @@ cdev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   return r < 0 ? -1 : LG_CLAIM_PREEMPTED;
 }
 
-/* A reader beside another gateway's writes reads a volume's units. */
-static void
-cdev_note_reader (struct lg_dev *d, bool volume)
-{
-  struct lg_dev *lower = to_cdev (d)->lower;
-
-  (void) volume;
-  if (lower->ops->note_reader)
-    lower->ops->note_reader (lower, true);
-}
-
 static const struct lg_dev_ops cdev_ops = {
   .claim = cdev_claim,
-  .note_reader = cdev_note_reader,
   .name = "crypt",
   .pread = lgc_pread,
   .pwrite = lgc_pwrite,
@@ -484,8 +476,7 @@ static const struct lg_dev_ops cdev_ops = {
   .zero = lgc_zero,
   .extents = NULL,
   .close = cdev_close,
-  .auth_failures = cdev_auth_failures,
-  .transport = cdev_transport,
+  .counters = cdev_counters,
   .revalidate = cdev_revalidate,
   .reattach = cdev_reattach,
 };

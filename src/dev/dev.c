@@ -359,9 +359,11 @@ lg_dev_revalidate (struct lg_dev *d)
 void
 lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
-  t->reconnects = t->retries = t->timeouts = t->unconfirmed = 0;
-  if (d->ops->transport)
-    d->ops->transport (d, t);
+  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0 };
+
+  if (d->ops->counters)
+    d->ops->counters (d, &c);
+  *t = c.transport;
 }
 
 int
@@ -383,14 +385,18 @@ lg_dev_set_top (struct lg_dev *d, struct lg_dev *top)
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {
-  return d->ops->auth_failures ? d->ops->auth_failures (d) : 0;
+  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0 };
+
+  if (d->ops->counters)
+    d->ops->counters (d, &c);
+  return c.auth_failures;
 }
 
 void
 lg_dev_note_reader (struct lg_dev *d)
 {
-  if (d->ops->note_reader)
-    d->ops->note_reader (d, false);
+  if (d->ops->claim)
+    d->ops->claim (d, LG_CLAIM_READER, NULL, 0);
 }
 
 int

@@ -25,6 +25,11 @@
  * taken from another gateway): confirms that no command of the previous
  * writer can still execute (dev/reserve.c, fence) before returning 0. */
 #define LG_CLAIM_RESET 0x04
+/* claim, by a reader (lg_dev_note_reader): claims nothing, and says what
+ * reading beside another gateway's writes means; LG_CLAIM_VOLUME: the
+ * device is, or is under, a lungate volume. */
+#define LG_CLAIM_READER 0x08
+#define LG_CLAIM_VOLUME 0x10
 
 struct lg_dev;
 
@@ -42,6 +47,14 @@ struct lg_dev_transport {
   /* Writes of this device whose outcome is unknown now: the target has
    * not confirmed they can no longer execute (iscsi/fence.h). */
   uint64_t unconfirmed;
+};
+
+/* What a device and those under it counted besides the requests
+ * (lg_dev_stats): the transport's counters, and the units that failed
+ * authentication (the crypt layer). */
+struct lg_dev_counters {
+  struct lg_dev_transport transport;
+  uint64_t auth_failures;
 };
 
 /* The counters every device keeps of the requests made to it through the
@@ -105,13 +118,12 @@ struct lg_dev_ops {
   int (*start_rw) (struct lg_dev *d, bool write, void *buf, size_t count,
                    uint64_t off, unsigned flags, lg_dev_done_fn *done,
                    void *opaque);
-  /* Optional: units that failed authentication (the crypt layer). */
-  uint64_t (*auth_failures) (const struct lg_dev *d);
   /* Optional: checks that the device is still what was opened, and takes
    * a new size where follow_resize allows (dev/iscsi.c). */
   int (*revalidate) (struct lg_dev *d);
-  /* Optional: the transport's counters (a stack passes them up). */
-  void (*transport) (const struct lg_dev *d, struct lg_dev_transport *t);
+  /* Optional: adds this device's counters, and those of the devices
+   * under it, to c (a stack passes them up). */
+  void (*counters) (const struct lg_dev *d, struct lg_dev_counters *c);
   /* Optional: see lg_dev_reattach (0 where absent). */
   int (*reattach) (struct lg_dev *d, struct lg_dev_reader *r);
   /* Optional: see lg_dev_set_top. */
@@ -119,11 +131,8 @@ struct lg_dev_ops {
   /* Optional: see lg_dev_compare_write. */
   int (*compare_write) (struct lg_dev *d, const void *expect, const void *buf,
                         size_t count, uint64_t off);
-  /* Optional: see lg_dev_claim. */
+  /* Optional: see lg_dev_claim (and LG_CLAIM_READER: err may be NULL). */
   int (*claim) (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
-  /* Optional: see lg_dev_note_reader; volume: d is, or is under, a
-   * lungate volume. */
-  void (*note_reader) (struct lg_dev *d, bool volume);
 };
 
 struct lg_dev {

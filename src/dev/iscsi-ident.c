@@ -444,14 +444,6 @@ idev_refused (struct idev *x)
   return -1;
 }
 
-void
-idev_note_reader (struct lg_dev *d, bool volume)
-{
-  struct idev *x = to_idev (d);
-
-  lg_reserve_note (x->pool, x->lun, volume);
-}
-
 int
 idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
 {
@@ -459,6 +451,10 @@ idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen)
   bool no_pr;
   int r;
 
+  if (flags & LG_CLAIM_READER) {
+    lg_reserve_note (x->pool, x->lun, (flags & LG_CLAIM_VOLUME) != 0);
+    return LG_CLAIM_UNHELD;
+  }
   if (flags & LG_CLAIM_RESET)
     return lg_reserve_fence (x->res, err, errlen);
   /* A session that logs in during the claim registers: the pool checks

@@ -105,7 +105,6 @@ int idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
 int idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 int idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 int idev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
-void idev_note_reader (struct lg_dev *d, bool volume);
 int idev_set_top (struct lg_dev *d, struct lg_dev *top);
 int idev_reattach (struct lg_dev *d, struct lg_dev_reader *r);
 int idev_check_after_login (void *opaque, struct lg_session *s, int lun);

@@ -544,14 +544,14 @@ idev_revalidate (struct lg_dev *d)
 }
 
 static void
-idev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+idev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
 {
   const struct idev *x = (const struct idev *) d;
 
-  t->reconnects = lg_pool_reconnects (x->pool);
-  t->retries = lg_pool_retries (x->pool);
-  t->timeouts = lg_pool_timeouts (x->pool);
-  t->unconfirmed = lg_pool_doubts (x->pool, x->lun);
+  c->transport.reconnects += lg_pool_reconnects (x->pool);
+  c->transport.retries += lg_pool_retries (x->pool);
+  c->transport.timeouts += lg_pool_timeouts (x->pool);
+  c->transport.unconfirmed += lg_pool_doubts (x->pool, x->lun);
 }
 
 /* Trims, zeroings and compare-and-writes: the blocks they touch are
@@ -604,12 +604,11 @@ static const struct lg_dev_ops idev_ops = {
   .pread_multi = idev_pread_multi,
   .pwrite = idev_pwrite,
   .start_rw = idev_start_rw,
-  .transport = idev_transport,
+  .counters = idev_counters,
   .reattach = idev_reattach,
   .set_top = idev_set_top,
   .compare_write = idev_compare_write_k,
   .claim = idev_claim,
-  .note_reader = idev_note_reader,
   .revalidate = idev_revalidate,
   .flush = idev_flush,
   .trim = idev_trim_k,

@@ -277,10 +277,9 @@ vc_close (struct lg_dev *d)
 }
 
 static void
-vc_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+vc_counters (const struct lg_dev *d, struct lg_dev_counters *c)
 {
-  memset (t, 0, sizeof *t);
-  t->reconnects = ((const struct vcdev *) d)->reconnects;
+  c->transport.reconnects += ((const struct vcdev *) d)->reconnects;
 }
 
 static int
@@ -297,7 +296,7 @@ static const struct lg_dev_ops vc_ops = {
   .flush = vc_flush,
   .zero = vc_zero,
   .close = vc_close,
-  .transport = vc_transport,
+  .counters = vc_counters,
   .set_top = vc_set_top,
 };
 
