@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
 
 #include "crypt/header.h"
 #include "dev/stack.h"
+#include "util/hooks.h"
 #include "util/log.h"
 
 /* Below this a device cannot hold both header copies. */
@@ -35,6 +37,23 @@ volume_uuid (struct lg_dev *lower, char hex[LG_UUID_HEX])
       return 0;
     }
   return -1;
+}
+
+/* LUNGATE_TEST_OPEN_NAP_MS (tests only, util/hooks.h): a wait between
+ * the header's read and the crypt layer's open, where a test makes the
+ * LUN change under an opening gateway. */
+static void
+open_nap (const struct lg_dev *lower)
+{
+  const char *v = lg_test_hook ("LUNGATE_TEST_OPEN_NAP_MS");
+  long ms = v ? strtol (v, NULL, 10) : 0;
+
+  if (ms <= 0 || ms > 60000)
+    return;
+  lg_warn ("%s: test hook: %ld ms between the header's read and the crypt "
+           "layer's open",
+           lower->name, ms);
+  nanosleep (&(struct timespec){ ms / 1000, (ms % 1000) * 1000000L }, NULL);
 }
 
 struct lg_dev *
@@ -102,6 +121,7 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
     saved = errno;
     goto fail;
   }
+  open_nap (lower);
   d = lg_crypt_open (lower, true, &h, mk, md_cache_blocks, true, err, errlen);
   saved = errno;
   sodium_free (mk);

@@ -7,6 +7,8 @@
  *   LUNGATE_TEST_NO_OWNER      no owner record on a volume
  *   LUNGATE_TEST_PR_KEY        this reservation key, not a fresh one
  *   LUNGATE_TEST_NAP_MS        the session loop's nap
+ *   LUNGATE_TEST_OPEN_NAP_MS   a wait between a volume's header read and
+ *                              the crypt layer's open (dev/stack.c)
  *   LUNGATE_BENCH_NO_BARRIERS  the crypt layer's writes unordered
  *   LUNGATE_NO_RELAY           libiscsi on the socket, unchecked
  */
