@@ -69,19 +69,27 @@ nop_cb (struct iscsi_context *ctx, int status, void *command_data,
 
 /* Keepalive (s->lock held, connection up): a NOP-Out every
  * KEEPALIVE_MS; a connection that leaves KEEPALIVE_MISSES of them
- * unanswered is dead even if its socket never says so (a link down, a
- * target frozen). */
+ * unanswered, and from which nothing at all came for as long, is dead
+ * even if its socket never says so (a link down, a target frozen).  A
+ * target still heard from is slow, not gone: on a slow link its NOP-Ins
+ * queue behind the Data-In of a long read (test-slow-link-keepalive), and
+ * a command it does not answer has its own limit (lg_s_scan). */
 static void
 keepalive (struct lg_session *s, int64_t now)
 {
+  const int64_t quiet_ms = (int64_t) KEEPALIVE_MS * KEEPALIVE_MISSES;
+
   if (now - s->last_keepalive < KEEPALIVE_MS)
     return;
   s->last_keepalive = now;
   if (s->nops_pending >= KEEPALIVE_MISSES) {
     char why[96];
 
-    snprintf (why, sizeof why, "no answer to keepalive for %d s",
-              KEEPALIVE_MS * KEEPALIVE_MISSES / 1000);
+    if (now - s->heard_ms < quiet_ms)
+      return; /* no more NOP-Outs piled behind the ones it owes */
+    snprintf (why, sizeof why,
+              "no answer to keepalive, and nothing heard, for %d s",
+              (int) (quiet_ms / 1000));
     lg_s_connection_lost (s, why);
     return;
   }
