@@ -99,6 +99,11 @@ with_timeout ()
   timeout --kill-after=5 "$secs" "$@" || rc=$?
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     printf '%s: timed out after %s s: %s\n' "${0##*/}" "$secs" "$*" >&2
+    # How loaded the machine was: a timeout on a busy machine and a hang
+    # read alike otherwise.
+    printf '%s: load average %s; the busiest processes:\n' "${0##*/}" \
+      "$(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    ps -eo pcpu=,etimes=,args= --sort=-pcpu 2>/dev/null | head -n 8 | cut -c1-160 >&2 || true
     rc=124
   fi
   return "$rc"

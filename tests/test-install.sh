@@ -4,7 +4,9 @@
 # and the filter go to LIBDIR/nbdkit/...), and under nbdkit's own prefix
 # the plugin goes to nbdkit's plugin directory; --with-nbdkit-filterdir
 # still decides.  configure runs in a scratch directory (about 2 s each)
-# and make install only with -n: nothing is built or installed.
+# and make install only with -n: nothing is built or installed.  (A
+# configure bounded to 120 s timed out once with two CI runs and a CPU
+# hog beside it: the bound is for a hang, 600 s.)
 . "${srcdir:-.}/functions.sh"
 require pkg-config make
 src=$(cd "${top_srcdir:-..}" && pwd)
@@ -19,7 +21,7 @@ configure_in ()
   local dir=$1
   shift
   mkdir -p "$dir"
-  (cd "$dir" && with_timeout 120 "$src/configure" "$@") >"$dir.log" 2>&1 \
+  (cd "$dir" && with_timeout 600 "$src/configure" "$@") >"$dir.log" 2>&1 \
     || { tail -n 30 "$dir.log" >&2; fail "configure $*"; }
 }
 # destinations DIR DESTDIR: every path make install would write, one a line.

@@ -380,6 +380,7 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
     lg_error ("%s", err);
     return -1;
   }
+  lg_crypt_formatting (cd);
   /* The rest of the first MiB (header copy 1 among it) is zeroes before
    * the mark says a format began: a mark never stands beside a valid
    * copy or foreign data (check_lun). */

@@ -116,6 +116,11 @@ struct cdev {
   pthread_mutex_t recheck;
   atomic_bool unchecked;
   atomic_bool replaced;
+  /* Opened by `lungate format' over a LUN it is overwriting: the header
+   * area holds the format mark, the old volume or nothing until the
+   * header is written last, so after a login only the layer below (the
+   * LUN's identity) is checked (lg_crypt_formatting). */
+  atomic_bool formatting;
   struct lg_owner *owner; /* the owner record, where nothing else claims */
 };
 

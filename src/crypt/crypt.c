@@ -114,7 +114,9 @@ cdev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
   if (atomic_load (&x->replaced))
     return -1;
   lgc_after_login (x);
-  ours = header_is_ours_via (x, r, why, sizeof why);
+  ours = atomic_load (&x->formatting)
+      ? 1
+      : header_is_ours_via (x, r, why, sizeof why);
   if (ours == 0) {
     if (!atomic_exchange (&x->replaced, true))
       lg_error ("%s: the LUN holds another volume since the outage (%s): "
@@ -278,6 +280,12 @@ void
 lg_crypt_keep_dirty (struct lg_dev *d)
 {
   atomic_store (&to_cdev (d)->clean_at_close, false);
+}
+
+void
+lg_crypt_formatting (struct lg_dev *d)
+{
+  atomic_store (&to_cdev (d)->formatting, true);
 }
 
 /* The owner record is cleared at close, but never while a write of this
@@ -495,6 +503,7 @@ init_state (struct cdev *x)
   pthread_mutex_init (&x->bad_lock, NULL);
   atomic_init (&x->marked, false);
   atomic_init (&x->unchecked, false);
+  atomic_init (&x->formatting, false);
   atomic_init (&x->replaced, false);
 }
 

@@ -53,6 +53,10 @@ struct lg_dev *lg_crypt_open (struct lg_dev *lower, bool owns_lower,
 void lg_crypt_quiesce (struct lg_dev *d);
 /* Close without touching the header (its lower device is gone). */
 void lg_crypt_keep_dirty (struct lg_dev *d);
+/* The device seals the units of a volume whose header is not written yet
+ * (lungate format): a login under it checks the LUN's identity, not the
+ * header, which until the end is the format mark or what was there. */
+void lg_crypt_formatting (struct lg_dev *d);
 
 /* Whether the volume was found dirty (see above) at open. */
 bool lg_crypt_was_dirty (const struct lg_dev *d);

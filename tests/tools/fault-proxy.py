@@ -22,7 +22,8 @@ answers.  One rule a line, '#' comments, fields KEY=VALUE:
         the next PDU from the target closes the connection instead.
 
 count defaults to 1 (0: every time), counted by the line's number and
-text (a rule written anew on the same line fires anew).  Every rule that fires appends
+text (a rule written anew on the same line fires anew).  skip=N lets the
+first N matching PDUs through before the rule fires.  Every rule that fires appends
 "fire LINE ACTION ITT" to the log file.
 """
 import argparse
@@ -33,6 +34,7 @@ import threading
 
 lock = threading.Lock()
 fired = {}  # (rule line, text) -> times fired
+seen = {}  # (rule line, text) -> matches let through (skip=N)
 
 
 def load_rules(path):
@@ -58,6 +60,9 @@ def take(rule, log, itt):
     """Whether rule may fire again; counts it and logs it if so."""
     with lock:
         key = (rule["line"], rule["text"])
+        if seen.get(key, 0) < rule.get("skip", 0):
+            seen[key] = seen.get(key, 0) + 1
+            return False
         n = fired.get(key, 0)
         if rule["count"] and n >= rule["count"]:
             return False
