@@ -13,6 +13,7 @@
 
 #include "cmd/cmd.h"
 #include "util/log.h"
+#include "util/progress.h"
 
 static const struct {
   const char *name;
@@ -34,7 +35,7 @@ static void
 usage (FILE *f)
 {
   fprintf (f,
-           "Usage: lungate [-v|-q] COMMAND [OPTIONS] URL\n"
+           "Usage: lungate [-v|-q] [--progress-json] COMMAND [OPTIONS] URL\n"
            "       lungate --help | --version\n"
            "\n"
            "lungate logs in to iSCSI targets from userspace and serves their\n"
@@ -48,6 +49,7 @@ usage (FILE *f)
            "Options:\n"
            "  -v, --verbose   debug messages (twice: also every SCSI command)\n"
            "  -q, --quiet     errors only\n"
+           "  --progress-json progress lines as JSON objects on stderr\n"
            "  -h, --help      this help\n"
            "  -V, --version   versions of lungate and its libraries\n"
            "\n"
@@ -75,6 +77,7 @@ main (int argc, char **argv)
   static const struct option opts[] = {
     { "verbose", no_argument, NULL, 'v' },
     { "quiet", no_argument, NULL, 'q' },
+    { "progress-json", no_argument, NULL, OPT_PROGRESS_JSON },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
@@ -96,6 +99,9 @@ main (int argc, char **argv)
       break;
     case 'q':
       verbose = -1;
+      break;
+    case OPT_PROGRESS_JSON:
+      lg_progress_set_json (true);
       break;
     case 'h':
       usage (stdout);

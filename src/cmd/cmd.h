@@ -53,6 +53,7 @@ enum {
   OPT_PASSPHRASE_PROMPT,
   OPT_TAKEOVER,
   OPT_SHARED,
+  OPT_PROGRESS_JSON,
   OPT_LOGIN_LAST,
 };
 
@@ -72,6 +73,7 @@ enum {
       { "header-digest", required_argument, NULL, OPT_HEADER_DIGEST },         \
       { "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },     \
       { "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },               \
+      { "progress-json", no_argument, NULL, OPT_PROGRESS_JSON },               \
       { "verbose", no_argument, NULL, 'v' },                                   \
   {                                                                            \
     "quiet", no_argument, NULL, 'q'                                            \

@@ -20,6 +20,7 @@
 #include "dev/file.h"
 #include "dev/open.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "util/secret.h"
 
 const char lg_login_help[]
@@ -27,6 +28,8 @@ const char lg_login_help[]
       "  -v, --verbose                debug messages (twice: also every SCSI\n"
       "                               command)\n"
       "  -q, --quiet                  errors only\n"
+      "  --progress-json              progress lines as JSON objects, one\n"
+      "                               a line on stderr\n"
       "Login options:\n"
       "  --user USER                  CHAP user name\n"
       "  --password-file FILE         CHAP secret from the first line of FILE\n"
@@ -337,6 +340,10 @@ lg_cmd_option (struct lg_login *l, struct lg_cmd_keys *keys, int c,
 
   if (c == 'v' || c == 'q') {
     lg_cmd_verbosity (c);
+    return 1;
+  }
+  if (c == OPT_PROGRESS_JSON) {
+    lg_progress_set_json (true);
     return 1;
   }
   if (c == OPT_TAKEOVER || c == OPT_SHARED) {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fmt.h"
 #include "util/log.h"
 #include "util/progress.h"
 
@@ -18,7 +19,7 @@ static const char *label;
 static const char *hint;
 static double hint_after;
 static uint64_t unit_bytes;
-static bool tty, shown, hinted;
+static bool tty, shown, hinted, json;
 static int last_decile;
 static double last_time, last_line, start_time;
 
@@ -32,11 +33,17 @@ now (void)
 }
 
 void
+lg_progress_set_json (bool on)
+{
+  json = on;
+}
+
+void
 lg_progress_start_bytes (const char *what, uint64_t unit)
 {
   label = what;
   unit_bytes = unit;
-  tty = isatty (STDERR_FILENO);
+  tty = !json && isatty (STDERR_FILENO);
   shown = hinted = false;
   last_decile = -1;
   start_time = last_time = last_line = now ();
@@ -77,6 +84,32 @@ rate_eta (char *buf, size_t len, uint64_t done, uint64_t total, double t,
               left % 60);
 }
 
+/* {"operation": LABEL, then the caller's members, then "}\n". */
+static void
+json_open (void)
+{
+  fputs ("{\"operation\": ", stderr);
+  lg_json_string (stderr, label);
+}
+
+static void
+json_line (uint64_t done, uint64_t total, double pct, double t)
+{
+  double dt = t - start_time, rate = dt > 0.5 ? (double) done / dt : 0;
+
+  json_open ();
+  fprintf (stderr,
+           ", \"done\": %llu, \"total\": %llu, \"percent\": %.1f, "
+           "\"elapsed_s\": %.1f",
+           (unsigned long long) done, (unsigned long long) total, pct, dt);
+  if (unit_bytes)
+    fprintf (stderr, ", \"unit_bytes\": %llu", (unsigned long long) unit_bytes);
+  if (rate > 0 && done < total)
+    fprintf (stderr, ", \"rate_per_s\": %.1f, \"eta_s\": %.1f", rate,
+             (double) (total - done) / rate);
+  fputs ("}\n", stderr);
+}
+
 void
 lg_progress (uint64_t done, uint64_t total)
 {
@@ -92,7 +125,12 @@ lg_progress (uint64_t done, uint64_t total)
   if (!tty && decile == last_decile && t - last_line < LINE_EVERY_S)
     return;
   rate_eta (re, sizeof re, done, total, t, &eta);
-  if (tty) {
+  if (json) {
+    json_line (done, total, pct, t);
+    last_decile = decile;
+    last_line = t;
+  }
+  else if (tty) {
     fprintf (stderr, "\r%s: %5.1f%% (%llu/%llu%s)\033[K", label, pct,
              (unsigned long long) done, (unsigned long long) total, re);
     shown = true;
@@ -105,13 +143,20 @@ lg_progress (uint64_t done, uint64_t total)
   }
   last_time = t;
   if (hint && !hinted && eta > hint_after) {
-    fprintf (stderr, "%s%s: %s\n", tty ? "\n" : "", label, hint);
+    if (json) {
+      json_open ();
+      fputs (", \"hint\": ", stderr);
+      lg_json_string (stderr, hint);
+      fputs ("}\n", stderr);
+    }
+    else
+      fprintf (stderr, "%s%s: %s\n", tty ? "\n" : "", label, hint);
     hinted = true;
   }
 }
 
-void
-lg_progress_abandon (void)
+static void
+clear (void)
 {
   int saved = errno;
 
@@ -123,11 +168,29 @@ lg_progress_abandon (void)
 }
 
 void
+lg_progress_abandon (void)
+{
+  int saved = errno;
+
+  if (json && label && lg_log_get_level () >= LG_LOG_INFO) {
+    json_open ();
+    fputs (", \"finished\": false}\n", stderr);
+  }
+  errno = saved;
+  clear ();
+}
+
+void
 lg_progress_end (void)
 {
   const char *l = label;
 
-  lg_progress_abandon ();
-  if (lg_log_get_level () >= LG_LOG_INFO && l)
+  if (json && l && lg_log_get_level () >= LG_LOG_INFO) {
+    json_open ();
+    fprintf (stderr, ", \"finished\": true, \"elapsed_s\": %.1f}\n",
+             now () - start_time);
+  }
+  clear ();
+  if (lg_log_get_level () >= LG_LOG_INFO && l && !json)
     fprintf (stderr, "%s: done in %.1f s\n", l, now () - start_time);
 }
