@@ -380,7 +380,13 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
     lg_error ("%s", err);
     return -1;
   }
-  lg_crypt_formatting (cd);
+  /* What copy 0 holds now: after an outage, the LUN must still hold it
+   * (or the mark, or the header), else it is another disk. */
+  if (lg_dev_pread (raw, mark, sizeof mark, 0) < 0) {
+    lg_error ("%s: reading the first block again: %m", raw->name);
+    goto out;
+  }
+  lg_crypt_formatting (cd, mark);
   /* The rest of the first MiB (header copy 1 among it) is zeroes before
    * the mark says a format began: a mark never stands beside a valid
    * copy or foreign data (check_lun). */

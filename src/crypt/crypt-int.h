@@ -29,6 +29,7 @@
 #define LG_CRYPT_INT_H
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -116,11 +117,12 @@ struct cdev {
   pthread_mutex_t recheck;
   atomic_bool unchecked;
   atomic_bool replaced;
-  /* Opened by `lungate format' over a LUN it is overwriting: the header
-   * area holds the format mark, the old volume or nothing until the
-   * header is written last, so after a login only the layer below (the
-   * LUN's identity) is checked (lg_crypt_formatting). */
+  /* Opened by `lungate format' over a LUN it is overwriting: until the
+   * header is written last, header copy 0 holds what format found there
+   * (its hash: formatting_was) or the format mark, so after a login that
+   * is what is checked (lg_crypt_formatting). */
   atomic_bool formatting;
+  uint8_t formatting_was[crypto_generichash_BYTES];
   struct lg_owner *owner; /* the owner record, where nothing else claims */
 };
 

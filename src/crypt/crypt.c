@@ -79,10 +79,51 @@ out:
   return r;
 }
 
+/* While formatting (lg_crypt_formatting): whether copy 0 still holds
+ * what format found there, or the mark, or (written last) this volume's
+ * header.  1 yes, 0 no (why says so), -1 on a failed read. */
+static int
+formatting_is_ours (struct cdev *x, struct lg_dev_reader *rd, char *why,
+                    size_t len)
+{
+  uint8_t *buf = malloc (LG_HDR_SIZE), hash[crypto_generichash_BYTES];
+  int r = -1;
+
+  if (buf == NULL)
+    return -1;
+  if ((rd ? rd->pread (rd, buf, LG_HDR_SIZE, LG_HDR_COPY0_OFFSET)
+          : lg_dev_pread (x->lower, buf, LG_HDR_SIZE, LG_HDR_COPY0_OFFSET))
+      < 0)
+    goto out;
+  crypto_generichash (hash, sizeof hash, buf, LG_HDR_SIZE, NULL, 0);
+  if (sodium_memcmp (hash, x->formatting_was, sizeof hash) == 0
+      || lg_header_is_format_mark (buf))
+    r = 1;
+  else {
+    r = header_is_ours_via (x, rd, why, len);
+    if (r == 0)
+      snprintf (why, len,
+                "the LUN's first block is neither what format found there, "
+                "nor its mark, nor the new header");
+  }
+
+out:
+  free (buf);
+  return r;
+}
+
+/* What the LUN holds is this volume (or, formatting, becoming it). */
+static int
+header_check (struct cdev *x, struct lg_dev_reader *rd, char *why, size_t len)
+{
+  return atomic_load (&x->formatting) ? formatting_is_ours (x, rd, why, len)
+                                      : header_is_ours_via (x, rd, why, len);
+}
+
 static int
 header_is_ours (struct cdev *x, char *why, size_t len)
 {
-  return header_is_ours_via (x, NULL, why, len);
+  return header_check (x, NULL, why, len);
 }
 
 /* The lower device logged in again.  Over a volatile cache the target may
@@ -114,9 +155,7 @@ cdev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
   if (atomic_load (&x->replaced))
     return -1;
   lgc_after_login (x);
-  ours = atomic_load (&x->formatting)
-      ? 1
-      : header_is_ours_via (x, r, why, sizeof why);
+  ours = header_check (x, r, why, sizeof why);
   if (ours == 0) {
     if (!atomic_exchange (&x->replaced, true))
       lg_error ("%s: the LUN holds another volume since the outage (%s): "
@@ -283,9 +322,13 @@ lg_crypt_keep_dirty (struct lg_dev *d)
 }
 
 void
-lg_crypt_formatting (struct lg_dev *d)
+lg_crypt_formatting (struct lg_dev *d, const uint8_t *was)
 {
-  atomic_store (&to_cdev (d)->formatting, true);
+  struct cdev *x = to_cdev (d);
+
+  crypto_generichash (x->formatting_was, sizeof x->formatting_was, was,
+                      LG_HDR_SIZE, NULL, 0);
+  atomic_store (&x->formatting, true);
 }
 
 /* The owner record is cleared at close, but never while a write of this

@@ -54,9 +54,10 @@ void lg_crypt_quiesce (struct lg_dev *d);
 /* Close without touching the header (its lower device is gone). */
 void lg_crypt_keep_dirty (struct lg_dev *d);
 /* The device seals the units of a volume whose header is not written yet
- * (lungate format): a login under it checks the LUN's identity, not the
- * header, which until the end is the format mark or what was there. */
-void lg_crypt_formatting (struct lg_dev *d);
+ * (lungate format): after a login, header copy 0 must hold was (what
+ * format found there, LG_HDR_SIZE bytes), the format mark, or this
+ * volume's header, else the LUN holds another disk now. */
+void lg_crypt_formatting (struct lg_dev *d, const uint8_t *was);
 
 /* Whether the volume was found dirty (see above) at open. */
 bool lg_crypt_was_dirty (const struct lg_dev *d);

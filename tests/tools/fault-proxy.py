@@ -3,6 +3,7 @@
 """An iSCSI-aware TCP proxy that breaks chosen answers of a real target.
 
     fault-proxy.py --listen PORT --target HOST:PORT --rules FILE --log FILE
+                   [--hold FILE]
 
 Each connection to 127.0.0.1:PORT is relayed to the target PDU by PDU
 (no digests: the tests that use it leave them off).  The proxy notes the
@@ -23,10 +24,14 @@ answers.  One rule a line, '#' comments, fields KEY=VALUE:
 
 count defaults to 1 (0: every time), counted by the line's number and
 text (a rule written anew on the same line fires anew).  skip=N lets the
-first N matching PDUs through before the rule fires.  Every rule that fires appends
+first N matching PDUs through before the rule fires.  With --hold FILE,
+a drop-response or cut that fires creates FILE, and new connections are
+refused while it exists (the test changes the target meanwhile, then
+removes it).  Every rule that fires appends
 "fire LINE ACTION ITT" to the log file.
 """
 import argparse
+import os
 import socket
 import struct
 import sys
@@ -159,6 +164,10 @@ class Conn:
             pass
         self.close()
 
+    def hold(self):
+        if self.a.hold:
+            open(self.a.hold, "w").close()
+
     def judge(self, p):
         """The PDU to pass on, or None to close the connection."""
         op = p[0] & 0x3F
@@ -166,6 +175,7 @@ class Conn:
         rules = load_rules(self.a.rules)
         for r in rules:
             if r["action"] == "cut" and take(r, self.a.log, itt):
+                self.hold()
                 return None
         if op not in (0x21, 0x25):
             return p
@@ -179,6 +189,7 @@ class Conn:
             if not cdb_matches(r, cdb, lun):
                 continue
             if r["action"] == "drop-response" and status and take(r, self.a.log, itt):
+                self.hold()
                 return None
             if (r["action"] == "flip-datain" and op == 0x25
                     and int.from_bytes(p[5:8], "big") > 0
@@ -196,6 +207,9 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--rules", required=True)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--hold", default=None,
+                    help="made when a cut or dropped answer fires; new "
+                         "connections are refused while it exists")
     ap.add_argument("--verbose", action="store_true",
                     help="print every SCSI command to standard error")
     a = ap.parse_args()
@@ -207,6 +221,9 @@ def main():
     print("listening", flush=True)
     while True:
         c, _ = ls.accept()
+        if a.hold and os.path.exists(a.hold):
+            c.close()
+            continue
         try:
             t = socket.create_connection((host, int(port)))
         except OSError:
