@@ -171,10 +171,25 @@ refused ()
   grep -qF "lungate-mount@store: $want" "$dir/mount.log" \
     || { cat "$dir/mount.log"; fail "the mount service did not say: $want"; }
 }
+# The script itself: ARGS is split but never globbed (a service's
+# working directory is /), parents of DIR are made reachable under the
+# unit's UMask=0077, and a URL with a tab is two URLs (found by an attack
+# on the unit).
+printf '#!/bin/sh\nprintf "%%s\\n" "$@" >%q\n' "$dir/args.out" >"$dir/args"
+chmod +x "$dir/args"
+mkdir "$dir/cwd" && : >"$dir/cwd/--takeover"
+(cd "$dir/cwd" && umask 077 && env -i PATH="$PATH" CREDENTIALS_DIRECTORY="$creds" \
+   LUNGATE="$dir/args" URL="iscsi://$TGT_PORTAL/$t/1" DIR="$dir/p/q/r" ARGS="--mode 0640 *" \
+   sh -c "$mount_script") || fail "the mount script with a fake lungate"
+grep -qx '\*' "$dir/args.out" || { cat "$dir/args.out"; fail "ARGS lost its '*'"; }
+grep -qx -- --takeover "$dir/args.out" && fail "ARGS was globbed against the working directory"
+[ "$(stat -c %a "$dir/p")" = 755 ] || fail "DIR's parent was made mode $(stat -c %a "$dir/p")"
 refused "URL is not set in /etc/lungate/store.conf" DIR="$mnt"
 refused "DIR is not set in /etc/lungate/store.conf" URL="iscsi://$TGT_PORTAL/$t/1"
 refused "URL in /etc/lungate/store.conf names more than one URL" \
   URL="iscsi://$TGT_PORTAL/$t/1 iscsi://$TGT_PORTAL/$t/2" DIR="$mnt"
+refused "URL in /etc/lungate/store.conf names more than one URL" \
+  URL="iscsi://$TGT_PORTAL/$t/1	iscsi://$TGT_PORTAL/$t/2" DIR="$mnt"
 
 # A plain LUN without CHAP: no secret needed, a missing file is fine.
 rm "$creds/lungate_key"
