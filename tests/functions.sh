@@ -537,6 +537,31 @@ tgt_restart ()
   fi
 }
 
+# fault_proxy_start plain|hold: tests/tools/fault-proxy.py between the
+# gateway and tgtd, on 127.0.0.1:$FAULT_PORT; its rules are read from
+# $TGT_DIR/proxy.rules and what fires is logged to $TGT_DIR/proxy.log
+# (both made empty).  With hold, a cut or dropped answer creates
+# $TGT_DIR/hold, and new connections are refused while it exists.
+fault_proxy_start ()
+{
+  local opt=() pid
+  [ "$1" = hold ] && opt=(--hold "$TGT_DIR/hold")
+  FAULT_PORT=$(_tgt_pick_port)
+  : >"$TGT_DIR/proxy.rules"; : >"$TGT_DIR/proxy.log"
+  python3 "${srcdir:-.}/tools/fault-proxy.py" --listen "$FAULT_PORT" \
+    --target "$TGT_PORTAL" --rules "$TGT_DIR/proxy.rules" \
+    --log "$TGT_DIR/proxy.log" "${opt[@]}" >"$TGT_DIR/proxy.out" 2>&1 &
+  pid=$!
+  on_exit kill "$pid"
+  for _ in $(seq 100); do
+    grep -q listening "$TGT_DIR/proxy.out" && return 0
+    _lg_alive "$pid" || break
+    sleep 0.1
+  done
+  cat "$TGT_DIR/proxy.out" >&2
+  fail "fault-proxy did not start"
+}
+
 # tgt_detach: leave tgtd and TGT_DIR in place when the script exits
 # (contrib/quickstart --keep).
 tgt_detach ()

@@ -17,13 +17,8 @@ t=iqn.2026-11.org.lungate:mdflip
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 16M
 tgt_allow 1 ALL
-port=$(_tgt_pick_port)
-rules=$TGT_DIR/proxy.rules; plog=$TGT_DIR/proxy.log
-: >"$rules"; : >"$plog"
-python3 "$srcdir/tools/fault-proxy.py" --listen "$port" --target "$TGT_PORTAL" \
-  --rules "$rules" --log "$plog" >"$TGT_DIR/proxy.out" 2>&1 &
-on_exit kill "$!"
-for _ in $(seq 50); do grep -q listening "$TGT_DIR/proxy.out" && break; sleep 0.1; done
+fault_proxy_start plain
+port=$FAULT_PORT rules=$TGT_DIR/proxy.rules plog=$TGT_DIR/proxy.log
 direct="iscsi://$TGT_PORTAL/$t/1"
 url="iscsi://127.0.0.1:$port/$t/1"
 key=$TGT_DIR/key; head -c 32 /dev/urandom >"$key"

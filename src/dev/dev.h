@@ -232,7 +232,9 @@ void lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t);
  * its reservation and the blocks it last wrote.  0 all still there; -1
  * not (the layer refuses every request from now on and has said why; what
  * was held fails); -2 could not tell (what was held fails, and the layer
- * checks again before its next request).  It runs on a thread of the
+ * checks again before its next request); -3 still there, but this
+ * gateway may no longer write it (its reservation was taken: the writes
+ * held fail, as conflicts, and the reads go out).  It runs on a thread of the
  * session's and must not wait for a lock that a request holds while it
  * waits on the target.  A device without the op answers 0. */
 int lg_dev_reattach (struct lg_dev *d, struct lg_dev_reader *r);

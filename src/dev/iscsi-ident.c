@@ -416,7 +416,9 @@ idev_reattach (struct lg_dev *d, struct lg_dev_reader *rd)
     gone_after_login (x, err);
     return -1;
   }
-  return 0;
+  /* Writes held across the outage passed idev_refused before it: the
+   * session fails them now. */
+  return lg_reserve_lost (x->res) ? -3 : 0;
 }
 
 /* Writes fail once the reservation is lost (reserve.h). */

@@ -47,6 +47,14 @@ struct lg_reserve {
    * commands can no longer execute: held, and not to be written, until a
    * claim confirms it (lg_reserve_fence). */
   bool unfenced;
+  /* The PR generation last read while the LUN was ours (gen_known once
+   * read): it only grows until the target forgets every reservation
+   * (restarted, the LUN reconfigured), which sets it back to 0.  Found
+   * unreserved with a higher generation, someone else took the LUN and
+   * let it go (tgt_spc: REGISTER, PREEMPT, RELEASE raise it): not taken
+   * back (taken_meanwhile). */
+  _Atomic uint32_t gen_seen;
+  atomic_bool gen_known;
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -82,6 +90,8 @@ lg_reserve_new (struct lg_pool *p, int lun, const char *name)
   atomic_init (&r->unsure, false);
   atomic_init (&r->doubt, false);
   atomic_init (&r->holder, -1);
+  atomic_init (&r->gen_seen, 0);
+  atomic_init (&r->gen_known, false);
   pthread_mutex_init (&r->lock, NULL);
   pthread_mutex_init (&r->redo, NULL);
   return r;
@@ -103,6 +113,48 @@ lg_reserve_read (struct lg_pool *p, int lun, struct lg_pr_state *st, char *err,
     return -1;
   }
   return 0;
+}
+
+/* st was read while the LUN is ours: its generation is the least the
+ * target can show until it forgets the reservation. */
+static void
+note_gen (struct lg_reserve *r, const struct lg_pr_state *st)
+{
+  if (st->reserved && st->holder == r->key) {
+    atomic_store (&r->gen_seen, st->generation);
+    atomic_store (&r->gen_known, true);
+  }
+}
+
+/* Reads the state after the LUN was (re)taken, for note_gen. */
+static void
+note_gen_now (struct lg_reserve *r)
+{
+  struct lg_pr_state st;
+  char err[256];
+
+  if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) == 0)
+    note_gen (r, &st);
+  else
+    lg_debug ("%s", err);
+}
+
+/* Nothing is reserved, where this process held the LUN: true when that is
+ * another initiator's doing (a preempt, then a release or a CLEAR), not
+ * a target that forgot every reservation.  A forgetting target sets the
+ * generation back; another's takeover raises it.  This process's own
+ * key registered means one of its sessions, logging in after the same
+ * restart, is reserving again (a preempt removed the key). */
+static bool
+taken_meanwhile (struct lg_reserve *r, const struct lg_pr_state *st)
+{
+  if (st->reserved || !atomic_load (&r->gen_known)
+      || st->generation <= atomic_load (&r->gen_seen))
+    return false;
+  for (unsigned i = 0; i < st->nkeys && i < LG_PR_MAX_KEYS; i++)
+    if (st->keys[i] == r->key)
+      return false;
+  return true;
 }
 
 /* Registers the key on every session of the pool that is up; one that
@@ -222,6 +274,7 @@ still_held (struct lg_reserve *r)
     lg_warn ("%s", err);
     return false;
   }
+  note_gen (r, &st);
   return st.reserved && st.holder == r->key;
 }
 
@@ -549,6 +602,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
       return -1;
     r->unfenced = false;
     probe_writers (r);
+    note_gen_now (r);
     atomic_store (&r->mode, MODE_HELD);
     return 1;
   }
@@ -586,6 +640,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
     return -1;
   }
   probe_writers (r);
+  note_gen_now (r);
   atomic_store (&r->mode, MODE_HELD);
   lg_debug ("%s: reserved (key 0x%016" PRIx64 ")", r->name, r->key);
   return ret;
@@ -595,6 +650,12 @@ bool
 lg_reserve_held (struct lg_reserve *r)
 {
   return atomic_load (&r->mode) == MODE_HELD && !atomic_load (&r->lost);
+}
+
+bool
+lg_reserve_lost (struct lg_reserve *r)
+{
+  return atomic_load (&r->lost);
 }
 
 static void
@@ -683,6 +744,7 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
   lg_warn ("%s: the target had forgotten the reservation (restarted?): "
            "reserved it again",
            r->name);
+  note_gen_now (r);
   /* Where only the reserving nexus may write, that is this one now. */
   if (lg_pool_writers (r->p, r->lun) != 0) {
     lg_pool_set_writers (r->p, r->lun, 1ull << lg_pool_index (r->p, s));
@@ -730,11 +792,16 @@ redo (struct lg_reserve *r)
     lg_warn ("%s", err);
     goto out;
   }
+  note_gen (r, &st);
   if (st.reserved && st.holder != r->key) {
     lg_pr_describe (&st, msg, sizeof msg);
     snprintf (err, sizeof err, "now %s", msg);
     set_lost (r, err);
   }
+  else if (taken_meanwhile (r, &st))
+    set_lost (r,
+              "another initiator took the LUN and released it during a "
+              "reconnection (the PR generation went up)");
   else if (register_all (r, msg, sizeof msg) < 0
            || (!st.reserved
                && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) < 0)) {
@@ -770,8 +837,16 @@ after_login (struct lg_reserve *r, struct lg_session *s)
     set_lost (r, "the LUN no longer reports persistent reservations");
     return 0;
   }
-  if (!st.reserved && m == MODE_HELD)
+  if (!st.reserved && m == MODE_HELD) {
+    if (taken_meanwhile (r, &st)) {
+      set_lost (r,
+                "another initiator took the LUN and released it while "
+                "this gateway was logged out (the PR generation went up)");
+      return 0;
+    }
     return reserve_again (r, s, &io);
+  }
+  note_gen (r, &st);
   if (!st.reserved || st.holder == r->key) {
     if (lg_pr_register (&io, r->lun, r->key, msg, sizeof msg) < 0) {
       lg_warn ("%s: registering again after the login: %s", r->name, msg);
@@ -791,6 +866,7 @@ lg_reserve_recheck (struct lg_reserve *r)
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   struct lg_pr_state st;
   char err[256], msg[256];
+  unsigned events;
 
   /* After a conflict or a preempt's unit attention, the doubt decides:
    * a LUN preempted and then released must not be taken back. */
@@ -798,13 +874,22 @@ lg_reserve_recheck (struct lg_reserve *r)
       || atomic_load (&r->doubt))
     return;
   pthread_mutex_lock (&r->redo);
+  events = lg_pool_pr_events (r->p);
   if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0)
     ; /* the write's own path says what is wrong */
-  else if (st.reserved && st.holder != r->key) {
+  else if (note_gen (r, &st), st.reserved && st.holder != r->key) {
     lg_pr_describe (&st, msg, sizeof msg);
     snprintf (err, sizeof err, "now %s", msg);
     set_lost (r, err);
   }
+  /* The read itself met the unit attention of a preempt (the nexus was
+   * idle since): settle_doubt decides, at the write. */
+  else if (!st.reserved && lg_pool_pr_taken (r->p, r->lun, events))
+    atomic_store (&r->doubt, true);
+  else if (taken_meanwhile (r, &st))
+    set_lost (r,
+              "another initiator took the LUN and released it (the PR "
+              "generation went up)");
   else if (!st.reserved) {
     if (register_all (r, msg, sizeof msg) == 0
         && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0) {
@@ -812,6 +897,7 @@ lg_reserve_recheck (struct lg_reserve *r)
                "reconfigured?): reserved it again",
                r->name);
       probe_writers (r);
+      note_gen_now (r);
     }
     else if (errno == EPERM) {
       unregister_all (r);

@@ -68,6 +68,8 @@ void lg_reserve_recheck (struct lg_reserve *r);
 
 /* Whether this process holds the LUN alone now (reserved, not lost). */
 bool lg_reserve_held (struct lg_reserve *r);
+/* Whether it held the LUN and lost it (writes fail from now on). */
+bool lg_reserve_lost (struct lg_reserve *r);
 
 /* A write came back with RESERVATION CONFLICT. */
 void lg_reserve_conflict (struct lg_reserve *r);

@@ -300,6 +300,35 @@ lg_s_lun_changed (struct lg_session *s, int lun, bool changed, const char *why)
   }
 }
 
+void
+lg_s_lun_refuse_writes (struct lg_session *s, int lun, const char *why)
+{
+  struct lg_cmd *c = s->held, *keep = NULL, *keep_tail = NULL;
+  char msg[160];
+  uint64_t lba, n;
+
+  snprintf (msg, sizeof msg, "%s/%d: %s", s->target, lun, why);
+  s->held = s->held_tail = NULL;
+  while (c) {
+    struct lg_cmd *next = c->next;
+
+    if (c->lun != lun || c->task == NULL
+        || !lg_cdb_write_range (c->task->cdb, &lba, &n))
+      lg_s_push (&keep, &keep_tail, c);
+    else if (c->doubt || c->tmf)
+      lg_s_report_unknown (s, c, msg);
+    else {
+      c->trouble_ms = 0;
+      c->status = SCSI_STATUS_RESERVATION_CONFLICT;
+      snprintf (c->msg, sizeof c->msg, "%s", msg);
+      lg_s_complete (s, c);
+    }
+    c = next;
+  }
+  s->held = keep;
+  s->held_tail = keep_tail;
+}
+
 /* ---- task management ---- */
 
 static void tmf_cb (struct iscsi_context *ctx, int status, void *command_data,

@@ -215,6 +215,9 @@ const char *lg_s_name (const struct lg_session *s);
 void lg_s_after_login (struct lg_session *s);
 
 /* recovery.c */
+/* The writes held for lun fail as RESERVATION CONFLICT (one of unknown
+ * outcome as such, its range fenced); the rest stays held. */
+void lg_s_lun_refuse_writes (struct lg_session *s, int lun, const char *why);
 void lg_s_lun_changed (struct lg_session *s, int lun, bool changed,
                        const char *why);
 void lg_s_connection_lost (struct lg_session *s, const char *why);

@@ -286,7 +286,11 @@ validator (void *arg)
   /* Could not tell because the connection went again: the next login
    * checks again. */
   for (unsigned i = 0; i < s->nvluns; i++)
-    if (r == NULL || r[i] == -1 || (r[i] < 0 && s->up))
+    if (r && r[i] == -3)
+      lg_s_lun_refuse_writes (s, s->vluns[i],
+                              "writes refused: the reservation was lost "
+                              "during the outage");
+    else if (r == NULL || r[i] == -1 || (r[i] < 0 && s->up))
       lg_s_lun_changed (s, s->vluns[i], r && r[i] == -1,
                         r && r[i] == -1 ? "the LUN changed identity"
                                         : "the LUN could not be checked "

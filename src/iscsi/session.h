@@ -143,7 +143,9 @@ struct lg_shared {
    * thread of the session's own (one at a time), which may send commands
    * on s with lg_session_exec_now.  0: it is, or nobody knows it; -1: it
    * changed (what was held for it fails, and its doubts stay fenced);
-   * -2: could not tell (what was held for it fails). */
+   * -2: could not tell (what was held for it fails); -3: it is, but
+   * writes to it are refused from now on (the reservation was lost: the
+   * writes held for it fail with RESERVATION CONFLICT, reads go out). */
   int (*validate) (void *opaque, struct lg_session *s, int lun);
   /* The LUNs that validate checks after every login, whether or not
    * anything was held for them: returns how many there are, and puts the
