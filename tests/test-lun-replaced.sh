@@ -32,7 +32,7 @@
 # So a plain LUN replaced by one of the same size with default serial and
 # designators is told apart only by content: the blocks the gateway last
 # wrote, read back after the login (src/dev/known.h; rounds default and
-# held-default).
+# held-default).  In every round the other disk is left unreserved.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_nbd_python
@@ -129,6 +129,12 @@ round ()
   else
     write_at "$sock" 34 2>"$TGT_DIR/client-$name.err" || rc=$?
   fi
+  # The disk that replaced the LUN is not reserved to the gateway that
+  # refuses it (another gateway of that disk would be refused): checked
+  # before the gateway stops, whose close would release it.
+  "$LUNGATE" info "iscsi://$TGT_PORTAL/$t/1" >"$TGT_DIR/info-$name" 2>&1
+  grep -q "^reservation: not reserved" "$TGT_DIR/info-$name" \
+    || { cat "$log" "$TGT_DIR/info-$name"; fail "$name: the disk that replaced the LUN is reserved"; }
   nbd_stop "$gw"
   gw=
   cat "$log"

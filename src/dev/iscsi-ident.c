@@ -376,7 +376,7 @@ gone_after_login (struct idev *x, const char *why)
 }
 
 /* The bottom of the reattach lifecycle: the LUN's identity, then the
- * reservation on the new nexus, then the blocks this writer last wrote;
+ * blocks this writer last wrote, then the reservation on the new nexus;
  * r is the reader idev_check_after_login made (the layers above read
  * through it first). */
 int
@@ -406,16 +406,20 @@ idev_reattach (struct lg_dev *d, struct lg_dev_reader *rd)
     gone_after_login (x, diff);
     return -1;
   }
-  if ((u = lg_reserve_after_login (x->res, r->s)) < 0)
-    return u;
+  /* The blocks before the reservation: a disk that replaced the LUN is
+   * not reserved again by a gateway that refuses it (it stayed so until
+   * the gateway stopped). */
   if ((d2 = known_check (x, r->s, err, sizeof err)) < 0) {
     lg_warn ("%s: checking the LUN after the login: %s", x->dev.name, err);
+    lg_reserve_unsure (x->res);
     return -2;
   }
   if (d2 > 0) {
     gone_after_login (x, err);
     return -1;
   }
+  if ((u = lg_reserve_after_login (x->res, r->s)) < 0)
+    return u;
   /* Writes held across the outage passed idev_refused before it: the
    * session fails them now. */
   return lg_reserve_lost (x->res) ? -3 : 0;
