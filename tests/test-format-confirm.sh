@@ -100,4 +100,13 @@ tty 0 "$d/t6" -- "$LUNGATE" format --force --key-file "$key" "$img"
 grep -q "Type YES" "$d/t6" && { cat "$d/t6"; fail "--force asked"; }
 [ "$("$LUNGATE" info "$img" | sed -n 's/^volume-uuid: //p')" != "$uuid" ] \
   || fail "format --force left the old volume"
+
+# A LUN too small for a volume is refused before any question: a YES
+# would destroy nothing and then fail.  (Before, it asked first; the
+# answer 'no' then exited 1 instead of ending before the prompt.)
+head -c 512K /dev/urandom >"$d/small.img"
+sums=$(md5sum <"$d/small.img")
+tty 125 "$d/t7" --timeout 60 --answer 'Type YES' 'no' -- "$LUNGATE" format --key-file "$key" "$d/small.img"
+grep -q "is too small for a lungate volume" "$d/t7" || { cat "$d/t7"; fail "no word on the size"; }
+[ "$(md5sum <"$d/small.img")" = "$sums" ] || fail "the small LUN was changed"
 echo "test-format-confirm: ok"

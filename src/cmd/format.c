@@ -296,6 +296,14 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
     lg_error ("%s: the LUN is read-only", raw->name);
     return -1;
   }
+  /* Before any question: a yes would destroy nothing and then fail. */
+  memset (h, 0, sizeof *h);
+  if (lg_header_geometry (h, lg_dev_size (raw)) < 0) {
+    lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
+              "volume",
+              raw->name, lg_dev_size (raw));
+    return -1;
+  }
   if (lg_dev_pread (raw, hb, sizeof hb, 0) < 0)
     return -1;
   /* An earlier format that did not finish: ours to start over, so far
@@ -314,13 +322,6 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
       return -1;
     if (what && may_destroy (raw, a, what) < 0)
       return -1;
-  }
-  memset (h, 0, sizeof *h);
-  if (lg_header_geometry (h, lg_dev_size (raw)) < 0) {
-    lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
-              "volume",
-              raw->name, lg_dev_size (raw));
-    return -1;
   }
   /* After a format mark, whatever the interrupted format had not yet
    * zeroed was given up already. */
