@@ -86,4 +86,8 @@ grep -q "neither what format found there" "$TGT_DIR/f3" \
   || { cat "$TGT_DIR/v3"; fail "the other volume no longer verifies"; }
 "$LUNGATE" info "$direct" | grep -q "^reservation: not reserved" \
   || fail "format left the other disk reserved"
+# (Nor does it say the LUN stays reserved: the target forgot the
+# reservation with its restart, and the other disk was never reserved.)
+grep -q "stays reserved" "$TGT_DIR/f3" \
+  && { cat "$TGT_DIR/f3"; fail "format says a LUN it does not hold stays reserved"; }
 echo "test-format-outage: ok"

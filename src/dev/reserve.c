@@ -974,6 +974,17 @@ release (struct lg_reserve *r)
   unsigned n;
 
   if ((n = unconfirmed (r)) > 0) {
+    struct lg_pr_state st;
+
+    /* Nothing to keep where the target forgot it (restarted, and the
+     * LUN was then refused before it was reserved again). */
+    if (lg_reserve_read (r->p, r->lun, &st, why, sizeof why) == 0
+        && st.supported && !(st.reserved && st.holder == r->key)) {
+      lg_debug ("%s: not reserved to this gateway any more: nothing to "
+                "release",
+                r->name);
+      return;
+    }
     lg_warn ("%s: not releasing the reservation: %u write%s of unknown "
              "outcome may still execute in the target, which has not "
              "confirmed that %s cannot; the LUN stays reserved to this "
