@@ -126,17 +126,21 @@ note_gen (struct lg_reserve *r, const struct lg_pr_state *st)
   }
 }
 
-/* Reads the state after the LUN was (re)taken, for note_gen. */
+/* Reads the state after the LUN was (re)taken, for note_gen: through
+ * io, or the pool when NULL (never from a login's check, whose session
+ * holds every command but its own: io is that session then). */
 static void
-note_gen_now (struct lg_reserve *r)
+note_gen_now (struct lg_reserve *r, const struct lg_lun_io *io)
 {
   struct lg_pr_state st;
   char err[256];
+  int ret = io ? lg_pr_read (io, r->lun, &st, err, sizeof err)
+               : lg_reserve_read (r->p, r->lun, &st, err, sizeof err);
 
-  if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) == 0)
+  if (ret == 0)
     note_gen (r, &st);
   else
-    lg_debug ("%s", err);
+    lg_debug ("%s: reading the reservation: %s", r->name, err);
 }
 
 /* Nothing is reserved, where this process held the LUN: true when that is
@@ -602,7 +606,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
       return -1;
     r->unfenced = false;
     probe_writers (r);
-    note_gen_now (r);
+    note_gen_now (r, NULL);
     atomic_store (&r->mode, MODE_HELD);
     return 1;
   }
@@ -640,7 +644,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
     return -1;
   }
   probe_writers (r);
-  note_gen_now (r);
+  note_gen_now (r, NULL);
   atomic_store (&r->mode, MODE_HELD);
   lg_debug ("%s: reserved (key 0x%016" PRIx64 ")", r->name, r->key);
   return ret;
@@ -744,7 +748,7 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
   lg_warn ("%s: the target had forgotten the reservation (restarted?): "
            "reserved it again",
            r->name);
-  note_gen_now (r);
+  note_gen_now (r, io);
   /* Where only the reserving nexus may write, that is this one now. */
   if (lg_pool_writers (r->p, r->lun) != 0) {
     lg_pool_set_writers (r->p, r->lun, 1ull << lg_pool_index (r->p, s));
@@ -897,7 +901,7 @@ lg_reserve_recheck (struct lg_reserve *r)
                "reconfigured?): reserved it again",
                r->name);
       probe_writers (r);
-      note_gen_now (r);
+      note_gen_now (r, NULL);
     }
     else if (errno == EPERM) {
       unregister_all (r);
