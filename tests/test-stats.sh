@@ -102,7 +102,9 @@ nbd_stop "$egw"
 # ---- the plugin: SIGUSR1 and exit ----
 sock="$TGT_DIR/nbd.sock"
 log="$TGT_DIR/nbdkit.log"
-"${NBDKIT[@]}" -f -v -D lungate.verbose=1 -U "$sock" "$LUNGATE_PLUGIN" "url=$url" 2>"$log" &
+sfile="$TGT_DIR/stats.txt"
+"${NBDKIT[@]}" -f -v -D lungate.verbose=1 -U "$sock" "$LUNGATE_PLUGIN" "url=$url" \
+  "stats-file=$sfile" 2>"$log" &
 gw=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
@@ -125,6 +127,10 @@ for _ in $(seq 50); do [ "$(grep -c "stats (SIGUSR1)" "$log")" -ge 2 ] && break;
 line=$(grep -o "stats (SIGUSR1): .*" "$log" | tail -n 1)
 [ "$line" != "$before" ] || { cat "$log" >&2; fail "no second stats line on SIGUSR1"; }
 echo "$line"
+# stats-file= holds the same line (for a container without syslog).
+for _ in $(seq 50); do grep -qF "$line" "$sfile" 2>/dev/null && break; sleep 0.1; done
+grep -qF "$line" "$sfile" || { cat "$sfile"; fail "stats-file does not hold the SIGUSR1 line"; }
+[ "$(wc -l <"$sfile")" = 1 ] || { cat "$sfile"; fail "stats-file holds more than one line an export"; }
 python3 - "${before#stats (SIGUSR1): }" "${line#stats (SIGUSR1): }" <<'PY' || fail "the plugin's stats do not count the workload"
 import sys
 b, a = (dict(kv.split("=", 1) for kv in l.split()) for l in sys.argv[1:3])
@@ -142,6 +148,8 @@ grep -Eq "$t/1: READ\(16\) LBA 2048\+8: GOOD" "$log" || { cat "$log" >&2; fail "
 grep -Eq "$t/1: WRITE\(16\) LBA 0\+24: GOOD" "$log" || fail "no trace of the first WRITE(16)"
 nbd_stop "$gw"
 grep -q "stats (exit): .* write_ops=23 " "$log" || { cat "$log" >&2; fail "no stats at exit"; }
+grep -q "^stats (exit): .* write_ops=23 " "$sfile" || { cat "$sfile"; fail "stats-file does not hold the exit line"; }
+ls "$sfile".* 2>/dev/null && fail "stats-file left a temporary file"
 # Without -v the exit stats are not printed, and never as an error
 # (issue 15, item 8).
 nbd_run "url=$url" -- true 2>"$TGT_DIR/quiet.log" || fail "nbdkit --run true"

@@ -56,6 +56,8 @@ static uint8_t *keyfile; /* for every volume */
 static char *passphrase;
 static struct lg_keytab keytab; /* per LUN, and key-dir */
 static char *key_dir;
+/* stats-file=: where the counters are written too (absolute). */
+static char *stats_file;
 static size_t md_cache_blocks; /* 0: the crypt layer's default */
 
 /* After after_fork: the pool and one device stack per exported LUN. */
@@ -84,12 +86,44 @@ struct handle {
 /* nbdkit -D lungate.verbose=1: trace every SCSI command (with nbdkit -v). */
 NBDKIT_DLL_PUBLIC int lungate_debug_verbose = 0;
 
+/* stats-file=: the lines of text, n bytes, replace the file's content at
+ * once (a reader never sees half of it).  Said when it cannot. */
+static void
+write_stats_file (const char *text, size_t n)
+{
+  char tmp[PATH_MAX];
+  FILE *f;
+
+  if (stats_file == NULL
+      || snprintf (tmp, sizeof tmp, "%s.%ld.tmp", stats_file, (long) getpid ())
+          >= (int) sizeof tmp)
+    return;
+  if ((f = fopen (tmp, "w")) == NULL) {
+    nbdkit_error ("stats-file: %s: %m", tmp);
+    return;
+  }
+  if (fwrite (text, 1, n, f) != n || fclose (f) != 0) {
+    nbdkit_error ("stats-file: writing %s: %m", tmp);
+    unlink (tmp);
+    return;
+  }
+  if (rename (tmp, stats_file) < 0) {
+    nbdkit_error ("stats-file: %s: %m", stats_file);
+    unlink (tmp);
+  }
+}
+
 /* The counters of every export, in the FUSE .stats format: on SIGUSR1
  * (signals.h), where nbdkit's messages go, and at exit on nbdkit's debug
- * channel (nbdkit -v): they are not errors. */
+ * channel (nbdkit -v): they are not errors.  With stats-file=, written
+ * there too, one line an export, each time. */
 static void
 log_stats (const char *why)
 {
+  char *all = NULL;
+  size_t alen = 0;
+  FILE *fa = stats_file ? open_memstream (&all, &alen) : NULL;
+
   for (size_t i = 0; i < nexports; i++) {
     char *buf = NULL;
     size_t len = 0;
@@ -101,12 +135,17 @@ log_stats (const char *why)
              exports[i].info.lun, exports[i].dev->name,
              lg_dev_size (exports[i].dev));
     lg_dev_stats_print (exports[i].dev, f);
-    if (fclose (f) == 0 && strcmp (why, "exit") == 0)
+    if (fclose (f) == 0 && fa && buf)
+      fprintf (fa, "%s\n", buf);
+    if (buf && strcmp (why, "exit") == 0)
       nbdkit_debug ("%s", buf);
     else if (buf)
       nbdkit_error ("%s", buf);
     free (buf);
   }
+  if (fa && fclose (fa) == 0)
+    write_stats_file (all, alen);
+  free (all);
 }
 
 static void
@@ -165,6 +204,7 @@ lungate_unload (void)
     sodium_free (keyfile);
   lg_keytab_clear (&keytab);
   free (key_dir);
+  free (stats_file);
   lg_secret_free (passphrase);
   lg_url_clear (&purl);
   lg_login_clear (&login);
@@ -261,6 +301,16 @@ lungate_config (const char *key, const char *value)
     return lg_keytab_add (&keytab, value, &keyfile);
   if (strcmp (key, "key-dir") == 0)
     return set_string (&key_dir, value);
+  if (strcmp (key, "stats-file") == 0) {
+    /* nbdkit changes to / when it goes into the background. */
+    char *abs = nbdkit_absolute_path (value);
+
+    if (abs == NULL)
+      return -1;
+    free (stats_file);
+    stats_file = abs;
+    return 0;
+  }
   if (strcmp (key, "passphrase") == 0)
     return lg_nbdkit_read_secret (key, value, &passphrase);
   if (strcmp (key, "metadata-cache") == 0) {
@@ -380,6 +430,8 @@ lungate_config_complete (void)
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
   "                     (-: prompt, +FILE, -FD).\n"                            \
   "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
+  "stats-file=PATH      Write the counters there too, on SIGUSR1 and at "      \
+  "exit.\n"                                                                    \
   "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n"  \
   "shared=true          Plain LUNs: take no exclusive write access (for\n"     \
   "                     cluster file systems; refused for lungate volumes)."
