@@ -8,8 +8,8 @@
 # nothing acknowledged; a target restart under a held reservation;
 # shared=true on a plain LUN, and refused on an encrypted one; a claim
 # after another gateway's crash sees the volume dirty; and what the
-# hostile review found: an idle preempted holder, a reader beside the
-# writer, two gateways started at once.
+# hostile review found: an idle preempted holder (also across a target
+# restart), a reader beside the writer, two gateways started at once.
 . "${srcdir:-.}/functions-nbd.sh"
 require_lungate_plugin
 require_test_hooks
@@ -212,6 +212,39 @@ grep -q "lost its reservation" "$TGT_DIR/j1.log" \
 [ "$(io j1 read 2)" = 35 ] || fail "the preempter's acknowledged write was lost (after j1's login)"
 [ "$(io j1 read 1)" = 34 ] || fail "j1's refused writes changed unit 1"
 nbd_stop "${NBD_GW[j1]}"
+
+# 9c. (From the hostile review.)  As 9b, but the target also restarts
+# while the holder is cut off: the other then takes the LUN without a
+# preempt, writes and closes.  The generation starts again from 0 at
+# the restart, and their registration and release raise it, yet not
+# past what the holder saw before: still not a target that only forgot.
+gw k1 "url=iscsi://127.0.0.1:$FAULT_PORT/$t/2" connections=1
+io k1 write 1 38 >/dev/null || fail "k1 cannot write"
+# (The cases before left the generation well above what k2's commands
+# alone bring it to.  Line 2: 9b's cut on line 1 fired already.)
+printf '\ncut\n' >"$TGT_DIR/proxy.rules"
+for _ in $(seq 100); do [ -e "$TGT_DIR/hold" ] && break; sleep 0.1; done
+[ -e "$TGT_DIR/hold" ] || fail "the proxy did not cut k1's connection"
+# k1 sees the close within a second or two (its idle loop services the
+# socket once a second), before the target restarts.
+for _ in $(seq 100); do grep -q "connection lost" "$TGT_DIR/k1.log" && break; sleep 0.1; done
+grep -q "connection lost" "$TGT_DIR/k1.log" \
+  || { cat "$TGT_DIR/k1.log"; fail "k1 did not see its connection closed within 10 s"; }
+: >"$TGT_DIR/proxy.rules"
+tgt_restart
+gw k2 "url=$plain"
+io k2 write 3 39 >/dev/null || fail "k2 cannot write after the restart"
+nbd_stop "${NBD_GW[k2]}"
+rm -f "$TGT_DIR/hold"
+if r=$(io k1 write 1 40 2>/dev/null); then
+  for g in k1 k2; do echo "--- $g.log ---"; cat "$TGT_DIR/$g.log"; done
+  fail "a holder cut off across a restart took the LUN back after another gateway used and released it"
+fi
+[ "$r" = EPERM ] || { cat "$TGT_DIR/k1.log" "$TGT_DIR/proxy.log"
+  fail "the cut-off holder's write failed with $r, not EPERM"; }
+[ "$(io k1 read 3)" = 39 ] || fail "k2's acknowledged write was lost"
+[ "$(io k1 read 1)" = 38 ] || { cat "$TGT_DIR/k1.log"; fail "k1's refused write changed unit 1"; }
+nbd_stop "${NBD_GW[k1]}"
 
 # 10. A reader (nbdkit -r) beside the writer of a volume reads what the
 # writer wrote after the reader had read the unit (not zeroes from its

@@ -50,9 +50,10 @@ struct lg_reserve {
   /* The PR generation last read while the LUN was ours (gen_known once
    * read): it only grows until the target forgets every reservation
    * (restarted, the LUN reconfigured), which sets it back to 0.  Found
-   * unreserved with a higher generation, someone else took the LUN and
-   * let it go (tgt_spc: REGISTER, PREEMPT, RELEASE raise it): not taken
-   * back (taken_meanwhile). */
+   * unreserved with a higher generation, or any but 0 with none of our
+   * keys registered, someone else took the LUN and let it go (tgt_spc:
+   * REGISTER, PREEMPT, RELEASE raise it): not taken back
+   * (taken_meanwhile). */
   _Atomic uint32_t gen_seen;
   atomic_bool gen_known;
   pthread_mutex_t redo; /* one such registration at a time */
@@ -145,20 +146,24 @@ note_gen_now (struct lg_reserve *r, const struct lg_lun_io *io)
 
 /* Nothing is reserved, where this process held the LUN: true when that is
  * another initiator's doing (a preempt, then a release or a CLEAR), not
- * a target that forgot every reservation.  A forgetting target sets the
- * generation back; another's takeover raises it.  This process's own
- * key registered means one of its sessions, logging in after the same
- * restart, is reserving again (a preempt removed the key). */
+ * a target that only forgot every reservation.  Another's takeover
+ * raises the generation past what was seen.  A forgetting target sets
+ * it back to 0 (SPC: at power on), and from there only PR commands
+ * raise it: with none of this process's keys registered, those were
+ * another initiator's, which took the LUN after the restart and let it
+ * go (or is taking it now).  This process's own key registered means
+ * one of its sessions, logging in after the same restart, is reserving
+ * again (a preempt removed the key). */
 static bool
 taken_meanwhile (struct lg_reserve *r, const struct lg_pr_state *st)
 {
-  if (st->reserved || !atomic_load (&r->gen_known)
-      || st->generation <= atomic_load (&r->gen_seen))
+  if (st->reserved || !atomic_load (&r->gen_known))
     return false;
   for (unsigned i = 0; i < st->nkeys && i < LG_PR_MAX_KEYS; i++)
     if (st->keys[i] == r->key)
       return false;
-  return true;
+  /* (Above gen_seen, or anywhere from 1 up to it: not 0 either way.) */
+  return st->generation != 0;
 }
 
 /* Registers the key on every session of the pool that is up; one that
