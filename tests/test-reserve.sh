@@ -246,6 +246,41 @@ fi
 [ "$(io k1 read 1)" = 38 ] || { cat "$TGT_DIR/k1.log"; fail "k1's refused write changed unit 1"; }
 nbd_stop "${NBD_GW[k1]}"
 
+# 9d. (From the hostile review.)  As 9, but the idle holder's next
+# writes come as a burst, all at once: the first to find the poll of the
+# reservation due reads it (and meets the unit attention); the others
+# must wait for that read, not go out meanwhile and land on a LUN that
+# nobody holds any more.
+gw m1 "url=$plain"
+io m1 write 1 41 >/dev/null || fail "m1 cannot write"
+gw m2 "url=$plain" takeover=true
+io m2 write 1 42 >/dev/null || fail "m2 cannot write"
+nbd_stop "${NBD_GW[m2]}"
+sleep 4
+ok=$(env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/m1.sock" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+cs = [h.aio_pwrite(bytes([43]) * 4096, u * 4096) for u in range(4, 20)]
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+ok = 0
+for c in cs:
+    try:
+        h.aio_command_completed(c)
+        ok += 1
+    except nbd.Error:
+        pass
+print(ok)
+PY
+) || fail "the burst of writes could not be sent"
+[ "$ok" = 0 ] || { cat "$TGT_DIR/m1.log"
+  fail "$ok of 16 writes of a preempted gateway, sent at once, were acknowledged"; }
+for u in 4 11 19; do
+  [ "$(io m1 read $u)" != 43 ] || fail "a refused write of the burst reached unit $u"
+done
+[ "$(io m1 read 1)" = 42 ] || fail "the preempter's acknowledged write was lost (9d)"
+nbd_stop "${NBD_GW[m1]}"
+
 # 10. A reader (nbdkit -r) beside the writer of a volume reads what the
 # writer wrote after the reader had read the unit (not zeroes from its
 # cached metadata).

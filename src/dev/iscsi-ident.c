@@ -431,7 +431,7 @@ idev_refused (struct idev *x)
 {
   char msg[512];
   unsigned seen = atomic_load (&x->pr_seen), now = lg_pool_pr_events (x->pool);
-  int64_t t = idev_mono_ms (), last = atomic_load (&x->pr_checked_ms);
+  int64_t t = idev_mono_ms ();
 
   /* tgt drops a LUN's reservation when the LUN is removed and added
    * again (every resize), and tells the nexus nothing: a writer asks
@@ -440,9 +440,9 @@ idev_refused (struct idev *x)
   if (now != seen && atomic_compare_exchange_strong (&x->pr_seen, &seen, now)
       && lg_pool_pr_taken (x->pool, x->lun, seen))
     lg_reserve_taken (x->res);
-  if (t - last >= PR_POLL_MS && !atomic_load (&x->gone)
-      && atomic_compare_exchange_strong (&x->pr_checked_ms, &last, t))
-    lg_reserve_recheck (x->res);
+  if (t - atomic_load (&x->pr_checked_ms) >= PR_POLL_MS
+      && !atomic_load (&x->gone))
+    lg_reserve_poll (x->res, &x->pr_checked_ms, t, PR_POLL_MS);
   if (!lg_reserve_refuses (x->res, msg, sizeof msg))
     return 0;
   lg_debug ("%s", msg);

@@ -704,8 +704,11 @@ lg_reserve_taken (struct lg_reserve *r)
 static void
 settle_doubt (struct lg_reserve *r)
 {
+  /* The doubt stays set until settled: a writer that comes meanwhile
+   * waits here, not past it (the hostile review: a burst of writes
+   * after a preempt went out while the first one asked the target). */
   pthread_mutex_lock (&r->redo);
-  if (atomic_exchange (&r->doubt, false) && !atomic_load (&r->lost)) {
+  if (atomic_load (&r->doubt) && !atomic_load (&r->lost)) {
     if (!still_held (r))
       set_lost (r,
                 "a write met RESERVATION CONFLICT, or a unit attention "
@@ -717,6 +720,7 @@ settle_doubt (struct lg_reserve *r)
       probe_writers (r);
     }
   }
+  atomic_store (&r->doubt, false);
   pthread_mutex_unlock (&r->redo);
 }
 
@@ -869,8 +873,9 @@ after_login (struct lg_reserve *r, struct lg_session *s)
   return 0;
 }
 
-void
-lg_reserve_recheck (struct lg_reserve *r)
+/* lg_reserve_recheck's body, r->redo held. */
+static void
+recheck_locked (struct lg_reserve *r)
 {
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   struct lg_pr_state st;
@@ -882,7 +887,6 @@ lg_reserve_recheck (struct lg_reserve *r)
   if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost)
       || atomic_load (&r->doubt))
     return;
-  pthread_mutex_lock (&r->redo);
   events = lg_pool_pr_events (r->p);
   if (lg_reserve_read (r->p, r->lun, &st, err, sizeof err) < 0)
     ; /* the write's own path says what is wrong */
@@ -918,6 +922,35 @@ lg_reserve_recheck (struct lg_reserve *r)
       lg_warn ("%s: reserving it again: %s", r->name, msg);
       atomic_store (&r->unsure, true);
     }
+  }
+}
+
+void
+lg_reserve_recheck (struct lg_reserve *r)
+{
+  if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost)
+      || atomic_load (&r->doubt))
+    return;
+  pthread_mutex_lock (&r->redo);
+  recheck_locked (r);
+  pthread_mutex_unlock (&r->redo);
+}
+
+void
+lg_reserve_poll (struct lg_reserve *r, _Atomic int64_t *checked_ms,
+                 int64_t now_ms, int64_t period_ms)
+{
+  if (atomic_load (&r->mode) != MODE_HELD || atomic_load (&r->lost))
+    return;
+  /* Every writer that finds the poll due waits here: the first reads
+   * the reservation, the others go on only once it has (a burst of
+   * writes after a quiet spell must not pass while the read that meets
+   * a preempt's unit attention is in flight). */
+  pthread_mutex_lock (&r->redo);
+  if (now_ms - atomic_load (checked_ms) >= period_ms) {
+    recheck_locked (r);
+    /* Only now: a writer that came meanwhile found it due, and waited. */
+    atomic_store (checked_ms, now_ms);
   }
   pthread_mutex_unlock (&r->redo);
 }

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "iscsi/pool.h"
 #include "iscsi/pr.h"
@@ -65,6 +66,12 @@ void lg_reserve_unsure (struct lg_reserve *r);
  * target forgot it, or counted lost when someone else holds it.  On a
  * requesting thread, before the request goes out. */
 void lg_reserve_recheck (struct lg_reserve *r);
+
+/* A writer's poll of the reservation (every period_ms, *checked_ms the
+ * last): lg_reserve_recheck when due.  Writers that find it due while
+ * another reads it wait until that read is done. */
+void lg_reserve_poll (struct lg_reserve *r, _Atomic int64_t *checked_ms,
+                      int64_t now_ms, int64_t period_ms);
 
 /* Whether this process holds the LUN alone now (reserved, not lost). */
 bool lg_reserve_held (struct lg_reserve *r);
