@@ -60,6 +60,15 @@ nbd_run "url=$url/1" "key-file=lun1:$d/key-c" "key-file=lun1:$d/key-a" -- \
   || { cat "$d/twice.log"; fail "plugin: the second key-file=lun1: did not count"; }
 grep -q "not exporting LUN 4.*formatted by lungate (volume [0-9a-f]*): give its key" "$d/plugin.log" \
   || { cat "$d/plugin.log"; fail "plugin: the keyless volume is not named"; }
+# The client that asked for lun4 is refused with the reason, not with
+# "does not exist".
+grep -q "export 'lun4' is not served: .*give its key" "$d/plugin.log" \
+  || { cat "$d/plugin.log"; fail "plugin: asking for the keyless volume does not say why it is not served"; }
+# strict=true: the keyless volume fails the start, named.
+nbd_run "url=$url" "key-file=lun1:$d/key-a" "key-dir=$d/keys" strict=true -- \
+  nbdinfo '$uri' >/dev/null 2>"$d/strict.log" && { cat "$d/strict.log"; fail "plugin: strict=true started without LUN 4's key"; }
+grep -q "LUN 4 cannot be served (strict=true): .*give its key" "$d/strict.log" \
+  || { cat "$d/strict.log"; fail "plugin: strict=true does not name the LUN it could not serve"; }
 "$LUNGATE" verify --key-file "$d/key-a" "$url/1" >/dev/null 2>&1 || fail "verify 1"
 "$LUNGATE" verify --key-file "$d/key-b" "$url/2" >/dev/null 2>&1 || fail "verify 2"
 python3 -c "import sys; sys.stdout.buffer.write(bytes([51]) * 65536)" >"$d/want"

@@ -76,6 +76,15 @@ static unsigned claim_flags;
 static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t nexports;
 static struct export *exports;
+/* Disk LUNs of a target URL left out (no key, ...), and why: named when a
+ * client asks for one; strict=true fails the start instead. */
+struct left_out {
+  int lun;
+  char why[480];
+};
+static struct left_out *left;
+static size_t nleft;
+static bool strict;
 
 struct handle {
   struct lg_dev *dev;
@@ -192,6 +201,9 @@ shut_down (void)
   nexports = 0;
   free (exports);
   exports = NULL;
+  free (left);
+  left = NULL;
+  nleft = 0;
   lg_target_close (target);
   target = NULL;
 }
@@ -334,6 +346,14 @@ lungate_config (const char *key, const char *value)
     claim_flags = b ? claim_flags | flag : claim_flags & ~flag;
     return 0;
   }
+  if (strcmp (key, "strict") == 0) {
+    int b = nbdkit_parse_bool (value);
+
+    if (b < 0)
+      return -1;
+    strict = b;
+    return 0;
+  }
   if (strcmp (key, "timeout") == 0)
     return parse_seconds (key, value, -1, &login.io_timeout);
   if (strcmp (key, "connect-timeout") == 0)
@@ -434,7 +454,9 @@ lungate_config_complete (void)
   "exit.\n"                                                                    \
   "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n"  \
   "shared=true          Plain LUNs: take no exclusive write access (for\n"     \
-  "                     cluster file systems; refused for lungate volumes)."
+  "                     cluster file systems; refused for lungate volumes).\n" \
+  "strict=true          Target URL: fail the start when a disk LUN cannot\n"   \
+  "                     be served (a volume without its key, ...)."
 
 static const struct lg_keytab *
 keys (void)
@@ -544,7 +566,8 @@ open_exports (void)
   if (lg_target_luns (target, &purl, &luns, &n, err, sizeof err) < 0)
     return start_failed (err);
   exports = calloc (n ? n : 1, sizeof *exports);
-  if (exports == NULL) {
+  left = calloc (n ? n : 1, sizeof *left);
+  if (exports == NULL || left == NULL) {
     free (luns);
     return start_failed ("out of memory");
   }
@@ -557,10 +580,22 @@ open_exports (void)
       free (luns);
       return start_failed (err);
     }
-    if (errno == ENOTBLK)
+    if (errno == ENOTBLK) {
       nbdkit_debug ("not exporting LUN %d: %s", luns[i], err);
-    else
-      nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
+      continue;
+    }
+    if (strict) {
+      char why[600];
+
+      snprintf (why, sizeof why, "LUN %d cannot be served (strict=true): %s",
+                luns[i], err);
+      free (luns);
+      return start_failed (why);
+    }
+    nbdkit_error ("not exporting LUN %d: %s", luns[i], err);
+    left[nleft].lun = luns[i];
+    snprintf (left[nleft].why, sizeof left[nleft].why, "%s", err);
+    nleft++;
   }
   free (luns);
   if (nexports == 0) {
@@ -689,6 +724,16 @@ lungate_open (int readonly)
     return NULL;
   }
   if (e == NULL) {
+    long lun;
+
+    if (name && strncmp (name, "lun", 3) == 0
+        && lg_parse_long (name + 3, 10, 0, INT_MAX, &lun) == 0)
+      for (size_t i = 0; i < nleft; i++)
+        if (left[i].lun == lun) {
+          nbdkit_error ("export '%s' is not served: %s", name, left[i].why);
+          errno = ENOENT;
+          return NULL;
+        }
     nbdkit_error ("export '%s' does not exist: exports are lun<N>, see "
                   "nbdinfo --list",
                   name);
