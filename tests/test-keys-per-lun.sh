@@ -90,6 +90,12 @@ for p in 1:17 2:34 3:51; do
 done
 fusermount3 -u "$mnt" || fail "unmount"
 sleep 0.5
+# --strict: the keyless volume fails the mount, named; nothing mounted.
+"$LUNGATE" mount --strict --key-file "lun1=$d/key-a" --key-dir "$d/keys" "$url" "$mnt" \
+  2>"$d/strict-mount.err" && { fusermount3 -u "$mnt"; fail "mount --strict mounted without LUN 4's key"; }
+grep -q "LUN 4 cannot be mounted (--strict): .*give its key" "$d/strict-mount.err" \
+  || { cat "$d/strict-mount.err"; fail "mount --strict does not name the LUN it could not mount"; }
+grep -q " $mnt " /proc/self/mounts && fail "mount --strict failed but left a mount"
 
 # A portal mount: the CHAP target is left out, the other one mounted.
 "$LUNGATE" mount -o ro --key-dir "$d/keys" --key-file "lun1=$d/key-a" \

@@ -32,6 +32,7 @@ enum {
   OPT_NONEMPTY,
   OPT_KEY_DIR,
   OPT_LOG,
+  OPT_STRICT,
 };
 
 static const char usage[]
@@ -62,6 +63,9 @@ static const char usage[]
       "                               (cluster file systems; refused for\n"
       "                               lungate volumes)\n"
       "  --nonempty                   mount on a directory that is not empty\n"
+      "  --strict                     a target or portal URL: fail when a\n"
+      "                               disk LUN or a target cannot be mounted\n"
+      "                               (a volume without its key, ...)\n"
       "  --key-file lunN=FILE         the key of LUN N's volume (repeat per\n"
       "                               LUN; a FILE alone keys every volume)\n"
       "  --key-dir DIR                DIR/UUID is the key file of the volume\n"
@@ -82,6 +86,7 @@ struct mount_plan {
   const struct lg_keytab *tab;
   unsigned connections;
   bool read_only;
+  bool strict; /* --strict: nothing left out */
   size_t ntargets;
   char *targets[MAX_TARGETS];
   int dirs[MAX_TARGETS]; /* fs directory per target, 0 = root */
@@ -147,6 +152,10 @@ make_plan (struct mount_plan *m)
     int *luns = NULL;
     size_t n = 0;
 
+    if (p == NULL && m->u->kind == LG_URL_PORTAL && m->strict) {
+      lg_error ("%s: cannot be mounted (--strict): %s", m->targets[t], err);
+      return -1;
+    }
     if (p == NULL && m->u->kind == LG_URL_PORTAL) {
       lg_error ("%s: not mounted: %s", m->targets[t], err);
       free (m->targets[t]);
@@ -175,6 +184,13 @@ make_plan (struct mount_plan *m)
        * served is (issue 27, item 10: a capacity past 2^63 bytes left only
        * "no disk LUN to mount"); the other LUNs still are mounted. */
       if (d == NULL) {
+        if (errno != ENOTBLK && m->strict) {
+          lg_error ("%s: LUN %d cannot be mounted (--strict): %s",
+                    m->targets[t], luns[i], err);
+          free (luns);
+          lg_target_close (p);
+          return -1;
+        }
         if (errno != ENOTBLK)
           lg_error ("not mounting LUN %d: %s", luns[i], err);
         continue;
@@ -446,7 +462,7 @@ struct mount_args {
   struct lg_cmd_keys keys;
   struct lg_fs_opts fo;
   const char *log; /* --log, or NULL */
-  bool foreground, allow_other, default_perms, mode_set, nonempty;
+  bool foreground, allow_other, default_perms, mode_set, nonempty, strict;
   unsigned connections;
 };
 
@@ -516,6 +532,9 @@ mount_option (struct mount_args *a, int c, const char *arg)
   case OPT_NONEMPTY:
     a->nonempty = true;
     return 0;
+  case OPT_STRICT:
+    a->strict = true;
+    return 0;
   case OPT_KEY_DIR:
     a->tab.dir = arg;
     return 0;
@@ -537,6 +556,7 @@ mount_own_option (void *args, int c, const char *arg)
   case OPT_UID:
   case OPT_GID:
   case OPT_NONEMPTY:
+  case OPT_STRICT:
   case OPT_KEY_DIR:
     if (mount_option (a, c, arg) < 0)
       return LG_EXIT_USAGE; /* a malformed value */
@@ -567,6 +587,7 @@ parse_args (int argc, char **argv, struct mount_args *a)
     LG_CLAIM_OPTIONS,
     { "shared", no_argument, NULL, OPT_SHARED },
     { "nonempty", no_argument, NULL, OPT_NONEMPTY },
+    { "strict", no_argument, NULL, OPT_STRICT },
     { "key-dir", required_argument, NULL, OPT_KEY_DIR },
     { "log", required_argument, NULL, OPT_LOG },
     { "help", no_argument, NULL, 'h' },
@@ -665,6 +686,7 @@ lg_cmd_mount (int argc, char **argv)
   m->tab = &a.tab;
   m->connections = a.connections;
   m->read_only = a.fo.read_only;
+  m->strict = a.strict;
   if (make_plan (m) == 0 && serve (m, &a, dir, source) == 0)
     status = LG_EXIT_OK;
 
