@@ -132,4 +132,23 @@ timeout 60 setpriv --reuid=65534 --regid=65534 --clear-groups \
     umount "$3"
   ' sh "$ubin/lungate" "iscsi://$TGT_PORTAL/$t2" "$umnt" \
   || fail "mounting as an unprivileged user in unshare -Urm"
+
+# The container pattern of lungate-mount(1) leaves the daemon in a mount
+# namespace nobody else sees: a second mount from here is refused with
+# the daemon's pid and where it runs (issue 30, item 5), and kill stops
+# it.
+nsmnt=$(mktemp -d /tmp/lungate-ns.XXXXXX)
+on_exit rm -rf "$nsmnt"
+unshare -m sh -c '"$1" mount "$2" "$3"' sh "$LUNGATE" "iscsi://$TGT_PORTAL/$t2" "$nsmnt" \
+  || fail "mounting inside unshare -m"
+with_timeout 60 "$LUNGATE" mount "iscsi://$TGT_PORTAL/$t2" "$mnt" 2>"$nsmnt.err" \
+  && { fusermount3 -u "$mnt"; fail "a second mount beside the one in another namespace"; }
+grep -Eq "in use by a gateway on this host .*pid [0-9]+, in another mount namespace.*stop that gateway first" "$nsmnt.err" \
+  || { cat "$nsmnt.err"; fail "the refusal does not name the pid and the other namespace"; }
+on_exit rm -f "$nsmnt.err"
+pid=$(sed -n 's/.*pid \([0-9]*\), in another mount namespace.*/\1/p' "$nsmnt.err" | head -n 1)
+{ [ -n "$pid" ] && kill -0 "$pid"; } || fail "the refusal names no running pid"
+kill "$pid"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && fail "the gateway in the other namespace did not stop on SIGTERM"
 echo "test-mount-tree: ok"

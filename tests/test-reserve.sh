@@ -38,7 +38,10 @@ gw b "url=$url" "key-file=$key"
 r=$(io b write 1 99 2>/dev/null) && fail "a second gateway wrote to a held LUN"
 grep -q "in use by a gateway on this host .* since .*(reservation key 0x4c" "$TGT_DIR/b.log" \
   || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the holder"; }
-grep -q -- "--takeover" "$TGT_DIR/b.log" || fail "the refusal does not say what to do"
+# The holder runs on this host: named by its pid, and to be stopped
+# first (--takeover is for a holder that is gone).
+grep -q "pid ${NBD_GW[a]}.*stop that gateway first" "$TGT_DIR/b.log" \
+  || { cat "$TGT_DIR/b.log"; fail "the refusal does not name the holder's pid and say what to do"; }
 nbd_stop "${NBD_GW[b]}"
 io a write 2 18 >/dev/null || fail "the first gateway was disturbed by the second"
 [ "$(io a read 1)" = 17 ] || fail "unit 1 lost the first gateway's data"

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dev/dev.h"
 #include "dev/reserve.h"
@@ -287,18 +288,46 @@ still_held (struct lg_reserve *r)
   return st.reserved && st.holder == r->key;
 }
 
+/* Whether process pid runs in a mount namespace other than this one's
+ * (a mount made inside unshare -m: not in this /proc/mounts, and
+ * fusermount3 -u cannot reach it from here). */
+static bool
+other_mount_ns (pid_t pid)
+{
+  char path[64], mine[64], theirs[64];
+  ssize_t a, b;
+
+  snprintf (path, sizeof path, "/proc/%ld/ns/mnt", (long) pid);
+  a = readlink ("/proc/self/ns/mnt", mine, sizeof mine - 1);
+  b = readlink (path, theirs, sizeof theirs - 1);
+  if (a <= 0 || b <= 0)
+    return false;
+  mine[a] = theirs[b] = '\0';
+  return strcmp (mine, theirs) != 0;
+}
+
 static int
 in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
         size_t errlen)
 {
-  char who[160];
+  char who[160], pid_s[160] = "";
+  pid_t pid;
 
   lg_pr_describe_key (st->holder, who, sizeof who);
+  /* A gateway of this host known to run: which process, and where. */
+  if (lg_pr_key_here (st->holder) && lg_alive_dead (st->holder, &pid) == 0
+      && pid > 0)
+    snprintf (pid_s, sizeof pid_s, ", pid %ld%s", (long) pid,
+              other_mount_ns (pid)
+                  ? ", in another mount namespace (its mount is not listed "
+                    "here)"
+                  : "");
   snprintf (err, errlen,
-            "%s: in use by %s (reservation key 0x%016" PRIx64
-            ", %s); open it read-only (-r, -o ro), or take it over with "
-            "--takeover if that gateway is gone",
-            r->name, who, st->holder, lg_pr_type_name (st->type));
+            "%s: in use by %s (reservation key 0x%016" PRIx64 ", %s%s); "
+            "open it read-only (-r, -o ro), or %s",
+            r->name, who, st->holder, lg_pr_type_name (st->type), pid_s,
+            pid_s[0] ? "stop that gateway first"
+                     : "take it over with --takeover if that gateway is gone");
   errno = EBUSY;
   return -1;
 }
