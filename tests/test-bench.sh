@@ -69,4 +69,19 @@ PY
 cat "$TGT_DIR/table.txt"
 grep -q "^seq write 128K QD4 *plain" "$TGT_DIR/table.txt" || fail "table: plain row"
 grep -Eq "^ +mac .*[0-9.]+x$" "$TGT_DIR/table.txt" || fail "table: mac row with a ratio"
+# --progress-json: JSON lines on stderr for every workload and mode, each
+# one finished; the table on stdout as without it.
+"$LUNGATE" bench --progress-json --time 0.5 --size 16M --depths 4 "$url/1" \
+  >"$TGT_DIR/pj.txt" 2>"$TGT_DIR/pj.err" || { cat "$TGT_DIR/pj.err"; fail "bench --progress-json"; }
+python3 - "$TGT_DIR/pj.err" <<'PY' || { cat "$TGT_DIR/pj.err"; fail "bench --progress-json: the JSON lines"; }
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+done = [o for o in lines if o.get("finished")]
+assert all(o["operation"] == "bench" for o in lines), lines
+assert len(done) >= 2, done  # the read workloads (no --write)
+for o in done:
+    assert o["mode"] == "plain" and o["job"] and o["mb_per_s"] >= 0, o
+assert any("percent" in o for o in lines), lines
+PY
+grep -q "^seq read 128K QD4 *plain" "$TGT_DIR/pj.txt" || fail "bench --progress-json: no table"
 echo "test-bench: ok"

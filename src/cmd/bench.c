@@ -153,6 +153,29 @@ worker (void *arg)
 
 static bool progress_on;
 
+/* --progress-json: one object a line on stderr, at the pace of the
+ * other commands' lines off a terminal (every 10%, at least every 5 s),
+ * and one when the workload is done. */
+static void
+json_progress (const struct job *j, const char *mode, double el, double secs,
+               double mb_s, bool finished)
+{
+  fputs ("{\"operation\": \"bench\", \"job\": ", stderr);
+  lg_json_string (stderr, j->label);
+  fputs (", \"mode\": ", stderr);
+  lg_json_string (stderr, mode);
+  if (finished)
+    fprintf (stderr, ", \"finished\": true, \"elapsed_s\": %.1f", el);
+  else
+    fprintf (stderr,
+             ", \"elapsed_s\": %.1f, \"total_s\": %.1f, \"percent\": %.1f, "
+             "\"eta_s\": %.1f",
+             el, secs, el >= secs ? 100.0 : 100.0 * el / secs,
+             el >= secs ? 0.0 : secs - el);
+  fprintf (stderr, ", \"mb_per_s\": %.1f}\n", mb_s);
+  fflush (stderr);
+}
+
 /* Runs job on dev for secs seconds; 0, or -1 with the error reported. */
 static int
 run_job (struct lg_dev *dev, const struct job *j, const char *mode,
@@ -161,7 +184,8 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
   pthread_t th[256];
   struct run *r = calloc (1, sizeof *r);
   unsigned n = 0;
-  double t0, c0, last = 0;
+  double t0, c0, last = 0, last_json = 0;
+  bool json = lg_progress_json () && lg_log_get_level () >= LG_LOG_INFO;
   int err;
 
   if (r == NULL)
@@ -184,6 +208,12 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
 
     if (el >= secs)
       break;
+    if (json && el > 0
+        && (el - last_json >= secs / 10 || el - last_json >= 5)) {
+      json_progress (j, mode, el, secs,
+                     (double) atomic_load (&r->bytes) / el / 1e6, false);
+      last_json = el;
+    }
     if (progress_on && el - last >= 0.5) {
       fprintf (stderr, "\rbench: %-22s %-5s %4.1f/%.0f s  %8.1f MB/s ",
                j->label, mode, el, secs,
@@ -197,6 +227,9 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
     pthread_join (th[i], NULL);
   res->secs = now_s () - t0;
   res->cpu = cpu_s () - c0;
+  if (json && atomic_load (&r->err) == 0)
+    json_progress (j, mode, res->secs, secs,
+                   (double) atomic_load (&r->bytes) / res->secs / 1e6, true);
   if (progress_on)
     fprintf (stderr, "\r%78s\r", "");
   err = atomic_load (&r->err);
@@ -607,8 +640,8 @@ lg_cmd_bench (int argc, char **argv)
   if (raw == NULL || check_writable (raw, &a) < 0
       || (njobs = make_jobs (raw, &a, jobs)) < 0)
     goto out;
-  progress_on
-      = !a.json && isatty (STDERR_FILENO) && lg_log_get_level () >= LG_LOG_WARN;
+  progress_on = !a.json && !lg_progress_json () && isatty (STDERR_FILENO)
+      && lg_log_get_level () >= LG_LOG_WARN;
   for (unsigned m = 0; m < a.nmodes; m++) {
     if (run_mode (raw, &a, m, jobs, (unsigned) njobs, res) < 0)
       goto out;

@@ -38,6 +38,12 @@ lg_progress_set_json (bool on)
   json = on;
 }
 
+bool
+lg_progress_json (void)
+{
+  return json;
+}
+
 void
 lg_progress_start_bytes (const char *what, uint64_t unit)
 {

@@ -13,6 +13,7 @@
  * the end are one JSON object a line on stderr, at the cadence of the
  * lines off a terminal. */
 void lg_progress_set_json (bool on);
+bool lg_progress_json (void);
 void lg_progress_start (const char *what);
 /* The same, counting in units of unit bytes: the rate is in MiB/s. */
 void lg_progress_start_bytes (const char *what, uint64_t unit);
