@@ -108,6 +108,11 @@ sfile="$TGT_DIR/stats.txt"
 gw=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
+# A symbolic link planted where a guessable temporary name would be (the
+# hostile review: it was PATH.PID.tmp, opened without O_EXCL, and the
+# gateway wrote through the link) is never followed.
+echo precious >"$TGT_DIR/victim"
+ln -s "$TGT_DIR/victim" "$sfile.$gw.tmp"
 # The baseline (opening the LUN reads where a lungate header would be).
 kill -USR1 "$gw"
 for _ in $(seq 50); do grep -q "stats (SIGUSR1)" "$log" && break; sleep 0.1; done
@@ -149,6 +154,8 @@ grep -Eq "$t/1: WRITE\(16\) LBA 0\+24: GOOD" "$log" || fail "no trace of the fir
 nbd_stop "$gw"
 grep -q "stats (exit): .* write_ops=23 " "$log" || { cat "$log" >&2; fail "no stats at exit"; }
 grep -q "^stats (exit): .* write_ops=23 " "$sfile" || { cat "$sfile"; fail "stats-file does not hold the exit line"; }
+[ "$(cat "$TGT_DIR/victim")" = precious ] || fail "stats-file wrote through a planted symbolic link"
+rm -f "$sfile.$gw.tmp"
 ls "$sfile".* 2>/dev/null && fail "stats-file left a temporary file"
 # Without -v the exit stats are not printed, and never as an error
 # (issue 15, item 8).

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
@@ -96,19 +97,32 @@ struct handle {
 NBDKIT_DLL_PUBLIC int lungate_debug_verbose = 0;
 
 /* stats-file=: the lines of text, n bytes, replace the file's content at
- * once (a reader never sees half of it).  Said when it cannot. */
+ * once (a reader never sees half of it).  The temporary file beside it is
+ * made with mkstemp (O_EXCL): a name planted there beforehand, such as a
+ * symbolic link to another file, is never followed.  Said when it
+ * cannot. */
 static void
 write_stats_file (const char *text, size_t n)
 {
   char tmp[PATH_MAX];
+  int fd;
   FILE *f;
 
-  if (stats_file == NULL
-      || snprintf (tmp, sizeof tmp, "%s.%ld.tmp", stats_file, (long) getpid ())
-          >= (int) sizeof tmp)
+  if (stats_file == NULL)
     return;
-  if ((f = fopen (tmp, "w")) == NULL) {
+  if (snprintf (tmp, sizeof tmp, "%s.XXXXXX", stats_file) >= (int) sizeof tmp) {
+    nbdkit_error ("stats-file: %s: the name is too long", stats_file);
+    return;
+  }
+  if ((fd = mkstemp (tmp)) < 0) {
+    nbdkit_error ("stats-file: a temporary file beside %s: %m", stats_file);
+    return;
+  }
+  /* Counters, not secrets: readable as a file made with umask 022. */
+  if (fchmod (fd, 0644) < 0 || (f = fdopen (fd, "w")) == NULL) {
     nbdkit_error ("stats-file: %s: %m", tmp);
+    close (fd);
+    unlink (tmp);
     return;
   }
   if (fwrite (text, 1, n, f) != n || fclose (f) != 0) {
