@@ -24,7 +24,9 @@ static const struct {
   { "info", lg_cmd_info, "show what a LUN is and what it supports" },
   { "format", lg_cmd_format, "make a LUN an encrypted or MAC'd volume" },
   { "verify", lg_cmd_verify, "authenticate every unit of a volume" },
-  { "key", lg_cmd_key, "list, test, add, change or remove the key slots" },
+  { "key", lg_cmd_key,
+    "list, test, add, change or remove the key slots; back up or restore "
+    "the header" },
   { "mount", lg_cmd_mount, "mount LUNs as files (FUSE)" },
   { "bench", lg_cmd_bench, "measure a LUN, plain and through the crypt layer" },
   { "status", lg_cmd_status, "what this host mounts and serves" },

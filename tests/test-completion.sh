@@ -43,7 +43,7 @@ want "--repair " verify --rep
 want "--key-file " mount --key-f
 want "aead mac " format --mode ""
 want "crc32c none " info --header-digest ""
-want "add change list remove test " key ""
+want "add backup change list remove restore test " key ""
 want "aead aead,mac mac " bench --crypt ""
 # A file name after every option that takes a file, in any subcommand;
 # after key's action, no action again.

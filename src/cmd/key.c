@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* lungate key list|test|add|remove: the key slots of a lungate volume.
- * Main thread. */
+/* lungate key list|test|add|change|remove|backup|restore: the key slots
+ * of a lungate volume, and a copy of its header.  Main thread. */
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -28,6 +30,7 @@ enum {
   OPT_SLOT,
   OPT_FORCE,
   OPT_KEY_JSON,
+  OPT_FILE,
 };
 
 static const char usage[]
@@ -45,6 +48,10 @@ static const char usage[]
       "       lungate key remove [OPTIONS] (--key-file F | --passphrase-file "
       "F)\n"
       "                       --slot N [--force] URL\n"
+      "       lungate key backup [OPTIONS] --file FILE URL\n"
+      "       lungate key restore [OPTIONS] (--key-file F | --passphrase-file "
+      "F)\n"
+      "                       --file FILE [--force] URL\n"
       "\n"
       "Manage the key slots of a lungate volume (up to 8, each wrapping the\n"
       "volume's master key).  list needs no key; given one, it marks the\n"
@@ -53,7 +60,10 @@ static const char usage[]
       "the key given opens, in one header update.  add, change and remove\n"
       "need a key that opens the volume.  Removing the last slot makes the "
       "volume\n"
-      "unreadable forever and needs --force.  URL is a LUN URL or a file.\n"
+      "unreadable forever and needs --force.  backup copies the header (its\n"
+      "key slots with it) to a new file; restore puts it back, once the key\n"
+      "given opens it, and marks the volume dirty; over another volume's\n"
+      "header it needs --force.  URL is a LUN URL or a file.\n"
       "\n"
       "Options:\n"
       "  --new-key-file FILE          add, change: the new 32-byte key file\n"
@@ -65,7 +75,10 @@ static const char usage[]
       "  --slot N                     add: the slot to use (default: the "
       "first\n"
       "                               free one); remove: the slot to empty\n"
-      "  --force                      remove: even the last slot\n"
+      "  --force                      remove: even the last slot;\n"
+      "                               restore: over another volume\n"
+      "  --file FILE                  backup: the file to create (not there\n"
+      "                               yet); restore: the backup to put back\n"
       "  --json                       list: one JSON object (the UUID, each\n"
       "                               slot's kind, the slot the key opens)\n"
       "  --takeover                   the gateway holding the LUN is gone:\n"
@@ -90,7 +103,8 @@ struct key_args {
   bool new_prompt; /* ask for new_pass (twice) */
   struct lg_url u;
   const char *path; /* a file, not a LUN URL */
-  const char *verb; /* list, test, add or remove */
+  const char *verb; /* list, test, add, change, remove, backup, restore */
+  const char *file; /* backup, restore: --file */
   long slot;
   bool force;
   bool json; /* list: one JSON object */
@@ -153,6 +167,9 @@ key_option (void *args, int c, const char *arg)
   case OPT_KEY_JSON:
     a->json = true;
     return 0;
+  case OPT_FILE:
+    a->file = arg;
+    return 0;
   default:
     return -1;
   }
@@ -173,6 +190,7 @@ parse_args (int argc, char **argv, struct key_args *a)
     { "slot", required_argument, NULL, OPT_SLOT },
     { "force", no_argument, NULL, OPT_FORCE },
     { "json", no_argument, NULL, OPT_KEY_JSON },
+    { "file", required_argument, NULL, OPT_FILE },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -185,20 +203,26 @@ parse_args (int argc, char **argv, struct key_args *a)
   if (status >= 0)
     return status;
   if (optind >= argc)
-    return lg_usage_error ("key", "expected list, test, add, change or remove");
+    return lg_usage_error (
+        "key", "expected list, test, add, change, remove, backup or restore");
   a->verb = argv[optind++];
   if (strcmp (a->verb, "list") && strcmp (a->verb, "test")
       && strcmp (a->verb, "add") && strcmp (a->verb, "change")
-      && strcmp (a->verb, "remove"))
-    return lg_usage_error (
-        "key", "unknown action '%s': want list, test, add, change or remove",
-        a->verb);
+      && strcmp (a->verb, "remove") && strcmp (a->verb, "backup")
+      && strcmp (a->verb, "restore"))
+    return lg_usage_error ("key",
+                           "unknown action '%s': want list, test, add, "
+                           "change, remove, backup or restore",
+                           a->verb);
   if ((status
        = lg_cmd_positionals ("key", argc, argv, 1, "a LUN URL or a file"))
       != 0)
     return status;
-  if (strcmp (a->verb, "list") != 0 && a->keys.keyfile == NULL
-      && !lg_cmd_keys_passphrase (&a->keys))
+  if ((strcmp (a->verb, "backup") == 0 || strcmp (a->verb, "restore") == 0)
+      && a->file == NULL)
+    return lg_usage_error ("key", "%s: give --file FILE", a->verb);
+  if (strcmp (a->verb, "list") != 0 && strcmp (a->verb, "backup") != 0
+      && a->keys.keyfile == NULL && !lg_cmd_keys_passphrase (&a->keys))
     return lg_usage_error ("key",
                            "give a key that opens the volume "
                            "(--key-file, --passphrase-file or "
@@ -367,6 +391,167 @@ out:
   return status;
 }
 
+/* key backup: the newest valid header copy, as it is on the LUN, into a
+ * new file (mode 0600: its key slots let whoever has an old key or
+ * passphrase open the volume).  No key needed. */
+static int
+backup_header (struct lg_dev *raw, const struct key_args *a)
+{
+  struct lg_header h;
+  uint8_t buf[LG_HDR_SIZE];
+  char err[512], uuid[LG_UUID_HEX];
+  int fd, n = 0;
+
+  if (lg_header_read (raw, &h, err, sizeof err) < 0) {
+    lg_error ("%s: %s", raw->name, err);
+    return LG_EXIT_FAIL;
+  }
+  lg_header_serialize (&h, buf);
+  lg_header_uuid_hex (&h, uuid);
+  for (int i = 0; i < LG_KEYSLOTS; i++)
+    n += h.slots[i].kind != LG_SLOT_EMPTY;
+  sodium_memzero (&h, sizeof h);
+  fd = open (a->file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+             0600);
+  if (fd < 0) {
+    lg_error ("%s: the backup file: %m%s", a->file,
+              errno == EEXIST ? " (a backup is never written over)" : "");
+    return LG_EXIT_FAIL;
+  }
+  if (write (fd, buf, sizeof buf) != (ssize_t) sizeof buf || fsync (fd) < 0) {
+    lg_error ("%s: writing the backup: %m", a->file);
+    close (fd);
+    unlink (a->file);
+    return LG_EXIT_FAIL;
+  }
+  if (close (fd) < 0) {
+    lg_error ("%s: writing the backup: %m", a->file);
+    unlink (a->file);
+    return LG_EXIT_FAIL;
+  }
+  printf ("%s: header of volume %s (%d key slot%s) backed up to %s\n",
+          raw->name, uuid, n, n == 1 ? "" : "s", a->file);
+  return LG_EXIT_OK;
+}
+
+/* key restore: the header to put back, its MAC checked with the master
+ * key, and whether --force was needed (lg_header_change_fn). */
+struct restore {
+  struct lg_header h; /* from the file, marked dirty, MAC set */
+  const char *name;
+  bool force;
+  bool said;
+};
+
+static int
+restore_change (const struct lg_header *copies, unsigned n,
+                struct lg_header *out, void *opaque)
+{
+  struct restore *rs = opaque;
+
+  for (unsigned i = 0; i < n && !rs->force; i++)
+    if (sodium_memcmp (copies[i].uuid, rs->h.uuid, LG_UUID_BYTES) != 0) {
+      char uuid[LG_UUID_HEX];
+
+      lg_header_uuid_hex (&copies[i], uuid);
+      lg_error ("%s: the LUN holds another volume (%s): --force to put the "
+                "backup over it",
+                rs->name, uuid);
+      rs->said = true;
+      errno = EEXIST;
+      return -1;
+    }
+  *out = rs->h;
+  return 0;
+}
+
+/* Whether raw holds no valid header copy at all (destroyed, damaged). */
+static bool
+no_header (struct lg_dev *raw)
+{
+  struct lg_header h;
+  char err[256];
+  int r = lg_header_read (raw, &h, err, sizeof err);
+
+  sodium_memzero (&h, sizeof h);
+  return r < 0 && (errno == ENOENT || errno == EINVAL);
+}
+
+static int
+restore_header (struct lg_dev *raw, const struct key_args *a)
+{
+  struct restore *rs = sodium_malloc (sizeof *rs);
+  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+  uint8_t buf[LG_HDR_SIZE + 1];
+  char err[512], uuid[LG_UUID_HEX];
+  int status = LG_EXIT_FAIL, fd = -1, slot;
+  ssize_t got;
+
+  if (rs == NULL || mk == NULL)
+    goto out;
+  memset (rs, 0, sizeof *rs);
+  rs->name = raw->name;
+  rs->force = a->force;
+  if ((fd = open (a->file, O_RDONLY | O_CLOEXEC)) < 0) {
+    lg_error ("%s: the backup file: %m", a->file);
+    goto out;
+  }
+  got = read (fd, buf, sizeof buf);
+  if (got != LG_HDR_SIZE) {
+    lg_error ("%s: not a header backup (%zd bytes, want %d)", a->file, got,
+              LG_HDR_SIZE);
+    goto out;
+  }
+  if (lg_header_parse (buf, lg_dev_size (raw), &rs->h, err, sizeof err) < 0) {
+    lg_error ("%s: not a header this LUN can take: %s", a->file, err);
+    goto out;
+  }
+  slot = a->keys.keyfile
+      ? lg_keyslot_open_keyfile (&rs->h, a->keys.keyfile, mk)
+      : lg_keyslot_open_passphrase (&rs->h, a->keys.passphrase, mk);
+  lg_header_uuid_hex (&rs->h, uuid);
+  if (slot < 0 || lg_header_check_mac (&rs->h, mk) < 0) {
+    lg_error ("%s: the %s given does not open the backup (volume %s)%s",
+              a->file, a->keys.keyfile ? "key" : "passphrase", uuid,
+              slot < 0 ? "" : ": its header MAC is wrong (altered)");
+    goto out;
+  }
+  /* The data may be newer than the header: every unit's first write
+   * checks which slot is current until verify --repair. */
+  rs->h.flags |= LG_HDR_FLAG_DIRTY;
+  lg_header_set_mac (&rs->h, mk);
+  if (lg_header_update (raw, restore_change, rs, NULL, err, sizeof err) == 0)
+    ;
+  else if (rs->said)
+    goto out;
+  else if (errno == EINVAL && no_header (raw)) {
+    /* No valid copy left to update: written as format writes. */
+    if (lg_header_write (raw, &rs->h) < 0) {
+      lg_error ("%s: writing the header: %m", raw->name);
+      goto out;
+    }
+  }
+  else {
+    lg_error ("%s: writing the header: %s", raw->name, err);
+    goto out;
+  }
+  printf ("%s: header of volume %s restored from %s (the key given opens "
+          "slot %d); the volume is marked dirty until lungate verify "
+          "--repair\n",
+          raw->name, uuid, a->file, slot);
+  status = LG_EXIT_OK;
+
+out:
+  if (fd >= 0)
+    close (fd);
+  sodium_memzero (buf, sizeof buf);
+  if (rs)
+    sodium_free (rs);
+  if (mk)
+    sodium_free (mk);
+  return status;
+}
+
 int
 lg_cmd_key (int argc, char **argv)
 {
@@ -381,7 +566,8 @@ lg_cmd_key (int argc, char **argv)
   status = LG_EXIT_FAIL;
   raw = lg_cmd_open (&a.u, a.path, &a.login, 1,
                      strcmp (a.verb, "list") == 0
-                         || strcmp (a.verb, "test") == 0);
+                         || strcmp (a.verb, "test") == 0
+                         || strcmp (a.verb, "backup") == 0);
   /* The passphrases once the LUN is open: named by it (never by a URL
    * with a CHAP secret in it), and not typed for a LUN that fails. */
   if (raw != NULL
@@ -391,6 +577,8 @@ lg_cmd_key (int argc, char **argv)
   else if (raw != NULL)
     status = strcmp (a.verb, "list") == 0 ? list_slots (raw, &a)
         : strcmp (a.verb, "test") == 0    ? test_key (raw, &a)
+        : strcmp (a.verb, "backup") == 0  ? backup_header (raw, &a)
+        : strcmp (a.verb, "restore") == 0 ? restore_header (raw, &a)
                                           : change_slots (raw, &a);
   lg_dev_close (raw);
 
