@@ -82,4 +82,28 @@ kill -9 "$(daemon "$TGT_DIR/m")"
 sleep 0.5
 expect_fail_with "a dead mount.*fusermount3 -u" "$LUNGATE" mount --takeover "$url" "$TGT_DIR/m"
 fusermount3 -u "$TGT_DIR/m" || fail "fusermount3 -u of the dead mount"
+
+# A lazy unmount (fusermount3 -uz) while a file is open through the
+# mount, then SIGTERM: the daemon keeps serving until the file is
+# closed, so that the kernel can write back what it holds; it exited at
+# once before ("writing back before unmounting: No such file or
+# directory"), and the open file's write never reached the LUN.
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/lazy.log" "$url" "$TGT_DIR/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/lazy.log" | head -n 1)
+head -c 4096 /dev/urandom >"$TGT_DIR/blk"
+exec 7<>"$TGT_DIR/m/lun1"
+dd if="$TGT_DIR/blk" bs=4096 count=1 status=none >&7
+fusermount3 -u -z "$TGT_DIR/m" || fail "fusermount3 -uz"
+kill -TERM "$pid"
+sleep 2
+kill -0 "$pid" 2>/dev/null || { exec 7>&-; cat "$TGT_DIR/lazy.log"
+  fail "SIGTERM after a lazy unmount stopped the daemon while a file was open"; }
+grep -q "detached (a lazy unmount)" "$TGT_DIR/lazy.log" \
+  || { cat "$TGT_DIR/lazy.log"; fail "the daemon does not say why it goes on"; }
+exec 7>&-
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && fail "the daemon did not exit once the last file was closed"
+cmp -n 4096 "$TGT_DIR/blk" "$(tgt_lun_file 1 1)" \
+  || fail "the write of the file open across the lazy unmount did not reach the LUN"
+grep -q "No such file" "$TGT_DIR/lazy.log" && { cat "$TGT_DIR/lazy.log"; fail "ENOENT logged after the lazy unmount"; }
 echo "test-mount-signals: ok"

@@ -62,6 +62,7 @@ struct lg_fs {
   const char *dir;    /* the mount point, for syncfs at a signal */
   pthread_t main_tid; /* in fuse_session_loop_mt */
   atomic_bool serving, stopped;
+  atomic_bool detached; /* signalled after a lazy unmount (run.c) */
 };
 
 /* The FUSE operations, serving fs from now on. */

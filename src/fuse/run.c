@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <mntent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -135,6 +136,27 @@ sync_files (struct lg_fs *fs)
   }
 }
 
+/* Whether this process's mount namespace still has a FUSE mount at dir:
+ * not after a lazy unmount (fusermount3 -uz), which leaves the files
+ * opened through it served until they are closed, but reaches nothing
+ * by the path any more.  (From /proc: a stat of dir would be a request
+ * to this very process.) */
+static bool
+still_mounted (const char *dir)
+{
+  FILE *f = setmntent ("/proc/self/mounts", "r");
+  struct mntent *m;
+  bool found = false;
+
+  if (f == NULL)
+    return true; /* cannot tell: try the paths */
+  while (!found && (m = getmntent (f)) != NULL)
+    found = strcmp (m->mnt_dir, dir) == 0
+        && strncmp (m->mnt_type, "fuse", 4) == 0;
+  endmntent (f);
+  return found;
+}
+
 /* The first signal: write back what is cached, waiting for the target
  * as any request does (a slow target is no reason to lose what write(2)
  * returned for), but no longer than LG_FS_STOP_BUDGET_S for a target
@@ -146,6 +168,18 @@ sync_and_exit (void *arg)
 
   if (fs->on_stop)
     fs->on_stop (fs->stop_opaque, false);
+  if (!still_mounted (fs->dir)) {
+    /* Lazily unmounted: what is still open through the mount can be
+     * written back only by the kernel, at its last close; serve until
+     * then (the session ends by itself), unless signalled again. */
+    atomic_store (&fs->detached, true);
+    lg_warn ("%s: the mount was detached (a lazy unmount) and files are "
+             "still open through it: serving them until the last one is "
+             "closed (a second signal stops now, and what they have not "
+             "written back is lost)",
+             fs->dir);
+    return NULL;
+  }
   if (!fs->o.read_only)
     sync_files (fs);
   stop_once (fs);
@@ -181,6 +215,10 @@ watch_exit (void *arg)
                "target; what is not written back yet is lost",
                fs->dir, sigabbrev_np (c));
       stop_once (fs);
+      if (atomic_load (&fs->detached)) {
+        fuse_session_exit (fs->se);
+        pthread_kill (fs->main_tid, SIGUSR2);
+      }
       continue;
     }
     lg_info ("%s: signalled (SIG%s): writing back what is cached, then "
