@@ -14,7 +14,7 @@ for p in "$man"/*.pod; do
     fail "podchecker warnings in $p"
   fi
 done
-for c in discover info format verify key mount bench; do
+for c in discover info format verify key mount bench status; do
   page="$man/lungate-$c.pod"
   [ -f "$page" ] || page="$man/lungate-$c.1.pod"
   [ -f "$page" ] || fail "no man page for lungate $c"
@@ -32,6 +32,15 @@ done
 for opt in $("$LUNGATE" --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u); do
   grep -q -- "B<$opt>" "$man/lungate.pod" || fail "lungate.pod lacks $opt"
 done
+# lungate(1)'s SYNOPSIS shows every command --help lists (it lagged:
+# status and umount were missing).
+synopsis=$(sed -n '/^=head1 SYNOPSIS/,/^=head1 DESCRIPTION/p' "$man/lungate.pod")
+n=0
+while read -r c; do
+  n=$((n + 1))
+  grep -q "^ lungate $c\b" <<<"$synopsis" || fail "lungate.pod's SYNOPSIS lacks lungate $c"
+done < <("$LUNGATE" --help | sed -n '/^Commands:/,/^$/p' | awk 'NF > 1 && /^  [a-z]/ { print $1 }')
+[ "$n" -ge 9 ] || fail "only $n commands found in lungate --help"
 # Every parameter the plugin's --help names is in its man page.
 "${NBDKIT[@]}" "$LUNGATE_PLUGIN" --help >"$(scratch_dir)/ph" 2>&1 || fail "nbdkit plugin --help"
 n=0
