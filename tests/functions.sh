@@ -537,6 +537,23 @@ tgt_restart ()
   fi
 }
 
+# delay_proxy_start ARGS...: tests/tools/delay-proxy between the gateway
+# and tgtd (--upstream $TGT_PORTAL, then ARGS: --delay-ms, --rate ...),
+# killed at exit; its port in DELAY_PORT, its pid in DELAY_PID, its log
+# in $TGT_DIR/proxy.log.  Call it in the test's own shell.
+delay_proxy_start ()
+{
+  local proxy="${top_builddir:-..}/tests/tools/delay-proxy"
+  [ -x "$proxy" ] || fail "$proxy not built"
+  "$proxy" --upstream "$TGT_PORTAL" "$@" >"$TGT_DIR/proxy.port" \
+    2>"$TGT_DIR/proxy.log" &
+  DELAY_PID=$!
+  on_exit kill "$DELAY_PID"
+  for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
+  DELAY_PORT=$(cat "$TGT_DIR/proxy.port")
+  [ -n "$DELAY_PORT" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the delay proxy did not start"; }
+}
+
 # fault_proxy_start plain|hold: tests/tools/fault-proxy.py between the
 # gateway and tgtd, on 127.0.0.1:$FAULT_PORT; its rules are read from
 # $TGT_DIR/proxy.rules and what fires is logged to $TGT_DIR/proxy.log

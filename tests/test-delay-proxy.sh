@@ -26,14 +26,8 @@ tgt_add_lun 1 1 64M
 tgt_allow 1 ALL
 
 delay_ms=50
-"$proxy" --upstream "$TGT_PORTAL" --delay-ms "$delay_ms" --rate 1G \
-  >"$TGT_DIR/proxy.port" 2>"$TGT_DIR/proxy.log" &
-proxy_pid=$!
-on_exit kill "$proxy_pid"
-for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
-port=$(cat "$TGT_DIR/proxy.port")
-[ -n "$port" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the proxy did not start"; }
-url="iscsi://127.0.0.1:$port/$t/1"
+delay_proxy_start --delay-ms "$delay_ms" --rate 1G
+url="iscsi://127.0.0.1:$DELAY_PORT/$t/1"
 
 ms_now () { echo $(($(date +%s%N) / 1000000)); }
 
@@ -68,6 +62,6 @@ cmp -n 8M "$img" "$TGT_DIR/out.img" || fail "the copy out differs"
 [ $((t1 - t0)) -ge $((2 * 2 * delay_ms)) ] \
   || fail "8 MiB in took $((t1 - t0)) ms through a ${delay_ms} ms proxy"
 
-kill -0 "$proxy_pid" 2>/dev/null || fail "the proxy died"
+kill -0 "$DELAY_PID" 2>/dev/null || fail "the proxy died"
 [ ! -s "$TGT_DIR/proxy.log" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the proxy logged errors"; }
 echo "test-delay-proxy: ok"

@@ -19,8 +19,6 @@ require_lungate_plugin
 require_test_hooks
 require_nbd_python
 require tgtd tgtadm nbdkit
-proxy="${top_builddir:-..}/tests/tools/delay-proxy"
-[ -x "$proxy" ] || fail "$proxy not built"
 
 tgt_start
 t=iqn.2026-12.org.lungate:slow-header
@@ -31,14 +29,8 @@ fast="iscsi://$TGT_PORTAL/$t/1"
 for s in 0 1 2 3; do head -c 32 /dev/urandom >"$TGT_DIR/k$s"; done
 "$LUNGATE" format --key-file "$TGT_DIR/k0" "$fast" >/dev/null || fail "format"
 
-"$proxy" --upstream "$TGT_PORTAL" --delay-ms 100 \
-  >"$TGT_DIR/proxy.port" 2>"$TGT_DIR/proxy.log" &
-proxy_pid=$!
-on_exit kill "$proxy_pid"
-for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
-port=$(cat "$TGT_DIR/proxy.port")
-[ -n "$port" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the proxy did not start"; }
-slow="iscsi://127.0.0.1:$port/$t/1"
+delay_proxy_start --delay-ms 100
+slow="iscsi://127.0.0.1:$DELAY_PORT/$t/1"
 
 state () { "$LUNGATE" info "$fast" | sed -n 's/^volume-state: //p'; }
 

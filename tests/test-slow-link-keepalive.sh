@@ -13,8 +13,6 @@
 require_lungate_plugin
 require_nbd_python
 require sha256sum
-proxy="${top_builddir:-..}/tests/tools/delay-proxy"
-[ -x "$proxy" ] || fail "$proxy not built"
 
 tgt_start
 t=iqn.2026-12.org.lungate:slowlink
@@ -25,13 +23,8 @@ head -c 2M /dev/urandom >"$TGT_DIR/data"
 dd if="$TGT_DIR/data" of="$TGT_DIR/lun-1-1.img" conv=notrunc status=none
 want=$(sha256sum <"$TGT_DIR/data")
 
-"$proxy" --upstream "$TGT_PORTAL" --delay-ms 5 --rate 1Mbit \
-  >"$TGT_DIR/proxy.port" 2>"$TGT_DIR/proxy.log" &
-proxy_pid=$!
-on_exit kill "$proxy_pid"
-for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
-port=$(cat "$TGT_DIR/proxy.port")
-[ -n "$port" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the proxy did not start"; }
+delay_proxy_start --delay-ms 5 --rate 1Mbit
+port=$DELAY_PORT
 
 nbd_run "url=iscsi://127.0.0.1:$port/$t/1" connections=1 timeout=40 -- \
   "$NBD_PYTHON" - '$uri' "$TGT_DIR/got" <<'PY' 2>"$TGT_DIR/nbd.err" \

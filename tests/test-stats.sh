@@ -78,15 +78,10 @@ fi
 # nbdkit listens before the plugin logs in (after_fork); with the login
 # slowed down by the delay proxy (200 ms each way), a SIGUSR1 sent then
 # killed nbdkit ('User defined signal 1': seen in CI under load).
-proxy="${top_builddir:-..}/tests/tools/delay-proxy"
-"$proxy" --upstream "$TGT_PORTAL" --delay-ms 200 >"$TGT_DIR/proxy.port" \
-  2>"$TGT_DIR/proxy.log" &
-on_exit kill "$!"
-for _ in $(seq 100); do [ -s "$TGT_DIR/proxy.port" ] && break; sleep 0.1; done
-[ -s "$TGT_DIR/proxy.port" ] || fail "the delay proxy did not start"
+delay_proxy_start --delay-ms 200
 early="$TGT_DIR/early.sock"
 "${NBDKIT[@]}" -f -U "$early" "$LUNGATE_PLUGIN" \
-  "url=iscsi://127.0.0.1:$(cat "$TGT_DIR/proxy.port")/${url#iscsi://*/}" \
+  "url=iscsi://127.0.0.1:$DELAY_PORT/${url#iscsi://*/}" \
   2>"$TGT_DIR/early.log" &
 egw=$!
 on_exit kill -9 "$egw"
