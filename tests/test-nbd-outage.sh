@@ -92,6 +92,12 @@ PY
 tgt_kill
 check_outage "target down"
 grep -q "outage budget" "$log" || { cat "$log" >&2; fail "no log line about the outage budget"; }
+# Each session sees the same outage: its lines come once for the pool
+# (issue 30, item 10: every line came once per session).
+for what in "connection lost: .*; reconnecting" "reconnecting: .*Connection refused"; do
+  n=$(grep -c -- "$what" "$log" || true)
+  [ "$n" -eq 1 ] || { cat "$log" >&2; fail "'$what' logged $n times for one outage of a 2-session pool"; }
+done
 tgt_restart
 check_back "target back"
 

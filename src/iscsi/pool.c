@@ -32,6 +32,7 @@ struct lg_pool {
   int budget_s;
   struct lg_fence *fence;
   struct lg_shared shared;
+  struct lg_said said;
   /* Held while a check runs, so that a device cannot go away under it. */
   pthread_mutex_t watch_lock;
   struct watch *watches;
@@ -217,6 +218,8 @@ lg_pool_open (const struct lg_login *login, const char *portal,
     return NULL;
   }
   p->shared.fence = p->fence;
+  pthread_mutex_init (&p->said.lock, NULL);
+  p->shared.said = &p->said;
   p->shared.validate = validate;
   p->shared.always = always;
   p->shared.pr_event = pr_event;
@@ -247,6 +250,7 @@ lg_pool_close (struct lg_pool *p)
   for (unsigned i = 0; i < p->n; i++)
     lg_session_close (p->s[i]);
   lg_fence_free (p->fence);
+  pthread_mutex_destroy (&p->said.lock);
   pthread_mutex_destroy (&p->watch_lock);
   pthread_mutex_destroy (&p->pin_lock);
   pthread_mutex_destroy (&p->limit_lock);

@@ -561,6 +561,29 @@ restart:
 /* The connection is gone (any thread): every command on it is held for the
  * next one (failed at once with a budget of 0); writes among them are in
  * doubt until the next login's LUN RESET. */
+bool
+lg_s_first_say (struct lg_session *s, const char *text)
+{
+  struct lg_said *said = s->shared ? s->shared->said : NULL;
+  int64_t now = lg_mono_ms ();
+  bool news = true;
+
+  if (said == NULL)
+    return true;
+  pthread_mutex_lock (&said->lock);
+  for (unsigned i = 0; i < LG_SAID_LINES && news; i++)
+    if (said->ms[i] && now - said->ms[i] < LG_SAID_MS
+        && strncmp (said->text[i], text, sizeof said->text[i] - 1) == 0)
+      news = false;
+  if (news) {
+    snprintf (said->text[said->next], sizeof said->text[0], "%s", text);
+    said->ms[said->next] = now;
+    said->next = (said->next + 1) % LG_SAID_LINES;
+  }
+  pthread_mutex_unlock (&said->lock);
+  return news;
+}
+
 void
 lg_s_connection_lost (struct lg_session *s, const char *why)
 {
@@ -601,9 +624,17 @@ lg_s_connection_lost (struct lg_session *s, const char *why)
   if (s->discovery || s->budget_s == 0)
     s->failing = true;
   lg_s_set_ready (s);
-  if (s->short_conns <= STORM_AFTER)
-    lg_warn ("%s: %s%s", lg_s_name (s), s->dead_msg,
-             s->failing ? "" : "; reconnecting");
+  if (s->short_conns <= STORM_AFTER) {
+    char line[sizeof s->dead_msg + 160];
+
+    snprintf (line, sizeof line, "%s: %s%s", lg_s_name (s), s->dead_msg,
+              s->failing ? "" : "; reconnecting");
+    /* Once for the pool: the other sessions see the same outage. */
+    if (lg_s_first_say (s, line))
+      lg_warn ("%s", line);
+    else
+      lg_debug ("%s", line);
+  }
   else if (now - s->short_log_ms >= STORM_LOG_MS) {
     lg_warn ("%s: the target closes the connection soon after login "
              "(%s): %u attempts in %.0f s",

@@ -211,6 +211,12 @@ void lg_s_efd_drain (int fd);
 bool lg_s_idle (struct lg_session *s);
 const char *lg_s_name (const struct lg_session *s);
 
+/* Whether text, about to be logged by s about its link, is news: not
+ * logged by another session of its pool in the last LG_SAID_MS (every
+ * session sees the same outage).  Without a pool, always. */
+#define LG_SAID_MS 10000
+bool lg_s_first_say (struct lg_session *s, const char *text);
+
 /* session.c */
 void lg_s_after_login (struct lg_session *s);
 

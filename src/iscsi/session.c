@@ -402,7 +402,14 @@ loop_down (struct lg_session *s)
      * reconnect is as visible as on the first login. */
     if (strcmp (s->open_err, s->last_err) != 0
         || now - s->last_err_log >= 30000) {
-      lg_error ("%s: reconnecting: %s", s->target, s->open_err);
+      char line[sizeof s->open_err + 160];
+
+      snprintf (line, sizeof line, "%s: reconnecting: %s", s->target,
+                s->open_err);
+      if (lg_s_first_say (s, line))
+        lg_error ("%s", line);
+      else
+        lg_debug ("%s", line);
       snprintf (s->last_err, sizeof s->last_err, "%s", s->open_err);
       s->last_err_log = now;
     }

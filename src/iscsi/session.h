@@ -135,9 +135,21 @@ struct lg_session;
 
 #define LG_MAX_PORTALS 8
 
+/* The last lines about the link that sessions of the pool logged, so
+ * that the others, seeing the same outage, do not log them again
+ * (lg_s_first_say). */
+#define LG_SAID_LINES 8
+struct lg_said {
+  pthread_mutex_t lock;
+  char text[LG_SAID_LINES][256];
+  int64_t ms[LG_SAID_LINES];
+  unsigned next; /* the slot to reuse */
+};
+
 /* What the sessions of one pool share. */
 struct lg_shared {
   struct lg_fence *fence; /* writes of unknown outcome (fence.h) */
+  struct lg_said *said;   /* may be NULL */
   /* After every login but the first, before anything held for lun is
    * issued again: is lun still the LUN that was opened?  Called on a
    * thread of the session's own (one at a time), which may send commands
