@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -63,7 +64,8 @@ static const char usage[]
       "unreadable forever and needs --force.  backup copies the header (its\n"
       "key slots with it) to a new file; restore puts it back, once the key\n"
       "given opens it, and marks the volume dirty; over another volume's\n"
-      "header it needs --force.  URL is a LUN URL or a file.\n"
+      "header, or one it cannot read, it needs --force.  URL is a LUN URL\n"
+      "or a file.\n"
       "\n"
       "Options:\n"
       "  --new-key-file FILE          add, change: the new 32-byte key file\n"
@@ -105,6 +107,7 @@ struct key_args {
   const char *path; /* a file, not a LUN URL */
   const char *verb; /* list, test, add, change, remove, backup, restore */
   const char *file; /* backup, restore: --file */
+  uint8_t backup[LG_HDR_SIZE]; /* restore: what the file holds */
   long slot;
   bool force;
   bool json; /* list: one JSON object */
@@ -168,6 +171,10 @@ key_option (void *args, int c, const char *arg)
     a->json = true;
     return 0;
   case OPT_FILE:
+    if (arg[0] == '\0') {
+      lg_error ("--file: give a file name");
+      return LG_EXIT_USAGE;
+    }
     a->file = arg;
     return 0;
   default:
@@ -397,13 +404,41 @@ out:
 static int
 backup_header (struct lg_dev *raw, const struct key_args *a)
 {
-  struct lg_header h;
+  struct lg_header h, hc[2];
   uint8_t buf[LG_HDR_SIZE];
   char err[512], uuid[LG_UUID_HEX];
+  unsigned copies = 0;
   int fd, n = 0;
 
-  if (lg_header_read (raw, &h, err, sizeof err) < 0) {
+  if (lg_header_read_all (raw, hc, &copies, err, sizeof err) < 0) {
     lg_error ("%s: %s", raw->name, err);
+    return LG_EXIT_FAIL;
+  }
+  h = hc[0];
+  sodium_memzero (hc, sizeof hc);
+  if (a->keys.keyfile || a->keys.passphrase) {
+    /* The copy the key opens (and whose MAC checks), not merely the
+     * newest that parses: a forged or half-written one would make a
+     * backup that never restores. */
+    struct lg_keysrc ks
+        = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
+    uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+    int slot = mk ? lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err) : -1;
+
+    if (mk)
+      sodium_free (mk);
+    if (slot < 0) {
+      lg_error ("%s", mk ? err : "out of memory");
+      sodium_memzero (&h, sizeof h);
+      return LG_EXIT_FAIL;
+    }
+  }
+  else if (copies == 2) {
+    lg_error ("%s: the two header copies differ (an update under way, or "
+              "one damaged or forged): give the key (--key-file, "
+              "--passphrase-file), and the copy it opens is backed up",
+              raw->name);
+    sodium_memzero (&h, sizeof h);
     return LG_EXIT_FAIL;
   }
   lg_header_serialize (&h, buf);
@@ -434,6 +469,46 @@ backup_header (struct lg_dev *raw, const struct key_args *a)
   return LG_EXIT_OK;
 }
 
+/* key restore, before the LUN is opened (a file that is no backup costs
+ * no login and no reservation): FILE is a regular file of one header
+ * that parses, for a LUN of any size.  0, or -1 (said why). */
+static int
+read_backup (struct key_args *a)
+{
+  struct lg_header h;
+  struct stat st;
+  char err[512];
+  ssize_t got;
+  int fd = open (a->file, O_RDONLY | O_NONBLOCK | O_CLOEXEC), r = -1;
+
+  if (fd < 0) {
+    lg_error ("%s: the backup file: %m", a->file);
+    return -1;
+  }
+  if (fstat (fd, &st) < 0) {
+    lg_error ("%s: the backup file: %m", a->file);
+    goto out;
+  }
+  if (!S_ISREG (st.st_mode)) {
+    lg_error ("%s: the backup file: not a regular file", a->file);
+    goto out;
+  }
+  got = read (fd, a->backup, sizeof a->backup);
+  if (got < 0)
+    lg_error ("%s: reading the backup: %m", a->file);
+  else if (got != LG_HDR_SIZE || st.st_size != LG_HDR_SIZE)
+    lg_error ("%s: not a header backup (%lld bytes, want %d)", a->file,
+              (long long) st.st_size, LG_HDR_SIZE);
+  else if (lg_header_parse (a->backup, UINT64_MAX, &h, err, sizeof err) < 0)
+    lg_error ("%s: not a lungate header backup: %s", a->file, err);
+  else
+    r = 0;
+  sodium_memzero (&h, sizeof h);
+out:
+  close (fd);
+  return r;
+}
+
 /* key restore: the header to put back, its MAC checked with the master
  * key, and whether --force was needed (lg_header_change_fn). */
 struct restore {
@@ -441,7 +516,31 @@ struct restore {
   const char *name;
   bool force;
   bool said;
+  bool told; /* the slots that change were said */
 };
+
+/* Says which key slots a restore over cur brings back or empties: a key
+ * removed since the backup opens the volume again. */
+static void
+tell_slots (struct restore *rs, const struct lg_header *cur)
+{
+  if (rs->told)
+    return;
+  rs->told = true;
+  for (int i = 0; i < LG_KEYSLOTS; i++) {
+    const struct lg_keyslot *b = &rs->h.slots[i], *c = &cur->slots[i];
+
+    if (sodium_memcmp (b, c, sizeof *b) == 0)
+      continue;
+    if (b->kind == LG_SLOT_EMPTY)
+      lg_warn ("%s: key slot %d (%s) is emptied: the backup did not have it",
+               rs->name, i, kind_name (c->kind));
+    else
+      lg_warn ("%s: key slot %d (%s) is put back as in the backup: a key "
+               "removed or changed since then opens the volume again",
+               rs->name, i, kind_name (b->kind));
+  }
+}
 
 static int
 restore_change (const struct lg_header *copies, unsigned n,
@@ -461,20 +560,42 @@ restore_change (const struct lg_header *copies, unsigned n,
       errno = EEXIST;
       return -1;
     }
+  if (n > 0)
+    tell_slots (rs, &copies[0]);
   *out = rs->h;
   return 0;
 }
 
-/* Whether raw holds no valid header copy at all (destroyed, damaged). */
+/* Whether raw holds no valid header copy (destroyed, damaged).  Unless
+ * force, a copy that still carries the magic (a damaged header, or one
+ * of a newer lungate, maybe of another volume) refuses: said. */
 static bool
-no_header (struct lg_dev *raw)
+no_header (struct lg_dev *raw, bool force, bool *refused)
 {
+  uint8_t buf[2][LG_HDR_SIZE];
   struct lg_header h;
   char err[256];
   int r = lg_header_read (raw, &h, err, sizeof err);
+  bool none = r < 0 && (errno == ENOENT || errno == EINVAL);
 
   sodium_memzero (&h, sizeof h);
-  return r < 0 && (errno == ENOENT || errno == EINVAL);
+  *refused = false;
+  if (!none || force)
+    return none;
+  if (lg_header_read_copies (raw, buf, err, sizeof err) < 0) {
+    lg_error ("%s: %s", raw->name, err);
+    *refused = true;
+    return false;
+  }
+  if (lg_header_has_magic (buf[0]) || lg_header_has_magic (buf[1])) {
+    lg_error ("%s: the LUN holds a lungate header this lungate cannot read "
+              "(damaged, or made by a newer lungate; maybe another "
+              "volume's): --force to put the backup over it",
+              raw->name);
+    *refused = true;
+  }
+  sodium_memzero (buf, sizeof buf);
+  return !*refused;
 }
 
 static int
@@ -482,27 +603,17 @@ restore_header (struct lg_dev *raw, const struct key_args *a)
 {
   struct restore *rs = sodium_malloc (sizeof *rs);
   uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
-  uint8_t buf[LG_HDR_SIZE + 1];
   char err[512], uuid[LG_UUID_HEX];
-  int status = LG_EXIT_FAIL, fd = -1, slot;
-  ssize_t got;
+  int status = LG_EXIT_FAIL, slot;
+  bool refused = false;
 
   if (rs == NULL || mk == NULL)
     goto out;
   memset (rs, 0, sizeof *rs);
   rs->name = raw->name;
   rs->force = a->force;
-  if ((fd = open (a->file, O_RDONLY | O_CLOEXEC)) < 0) {
-    lg_error ("%s: the backup file: %m", a->file);
-    goto out;
-  }
-  got = read (fd, buf, sizeof buf);
-  if (got != LG_HDR_SIZE) {
-    lg_error ("%s: not a header backup (%zd bytes, want %d)", a->file, got,
-              LG_HDR_SIZE);
-    goto out;
-  }
-  if (lg_header_parse (buf, lg_dev_size (raw), &rs->h, err, sizeof err) < 0) {
+  if (lg_header_parse (a->backup, lg_dev_size (raw), &rs->h, err, sizeof err)
+      < 0) {
     lg_error ("%s: not a header this LUN can take: %s", a->file, err);
     goto out;
   }
@@ -524,7 +635,7 @@ restore_header (struct lg_dev *raw, const struct key_args *a)
     ;
   else if (rs->said)
     goto out;
-  else if (errno == EINVAL && no_header (raw)) {
+  else if (errno == EINVAL && no_header (raw, a->force, &refused)) {
     /* No valid copy left to update: written as format writes. */
     if (lg_header_write (raw, &rs->h) < 0) {
       lg_error ("%s: writing the header: %m", raw->name);
@@ -532,7 +643,8 @@ restore_header (struct lg_dev *raw, const struct key_args *a)
     }
   }
   else {
-    lg_error ("%s: writing the header: %s", raw->name, err);
+    if (!refused)
+      lg_error ("%s: writing the header: %s", raw->name, err);
     goto out;
   }
   printf ("%s: header of volume %s restored from %s (the key given opens "
@@ -542,9 +654,6 @@ restore_header (struct lg_dev *raw, const struct key_args *a)
   status = LG_EXIT_OK;
 
 out:
-  if (fd >= 0)
-    close (fd);
-  sodium_memzero (buf, sizeof buf);
   if (rs)
     sodium_free (rs);
   if (mk)
@@ -564,6 +673,8 @@ lg_cmd_key (int argc, char **argv)
   if ((status = parse_args (argc, argv, &a)) >= 0)
     goto out;
   status = LG_EXIT_FAIL;
+  if (strcmp (a.verb, "restore") == 0 && read_backup (&a) < 0)
+    goto out;
   raw = lg_cmd_open (&a.u, a.path, &a.login, 1,
                      strcmp (a.verb, "list") == 0
                          || strcmp (a.verb, "test") == 0
