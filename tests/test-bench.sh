@@ -84,4 +84,15 @@ for o in done:
 assert any("percent" in o for o in lines), lines
 PY
 grep -q "^seq read 128K QD4 *plain" "$TGT_DIR/pj.txt" || fail "bench --progress-json: no table"
+# A workload that fails ends with "finished": false (the LUN made
+# read-only while bench writes; it ended with no closing line before).
+"$LUNGATE" bench --progress-json --write --time 2 --size 16M --depths 1 "$url/1" \
+  >/dev/null 2>"$TGT_DIR/pf.err" &
+bp=$!
+sleep 3
+tgtadm_ --mode logicalunit --op update --tid 1 --lun 1 --params readonly=1 || fail "readonly=1"
+wait "$bp" && fail "bench --write went on through a read-only LUN"
+tgtadm_ --mode logicalunit --op update --tid 1 --lun 1 --params readonly=0 || fail "readonly=0"
+grep -q '"finished": false' "$TGT_DIR/pf.err" \
+  || { cat "$TGT_DIR/pf.err"; fail "bench --progress-json: no \"finished\": false after the failure"; }
 echo "test-bench: ok"

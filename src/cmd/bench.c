@@ -158,12 +158,18 @@ static bool progress_on;
  * and one when the workload is done. */
 static void
 json_progress (const struct job *j, const char *mode, double el, double secs,
-               double mb_s, bool finished)
+               double mb_s, int finished)
 {
   fputs ("{\"operation\": \"bench\", \"job\": ", stderr);
   lg_json_string (stderr, j->label);
   fputs (", \"mode\": ", stderr);
   lg_json_string (stderr, mode);
+  if (finished < 0) {
+    /* It failed (the error is a text line of its own). */
+    fprintf (stderr, ", \"finished\": false, \"elapsed_s\": %.1f}\n", el);
+    fflush (stderr);
+    return;
+  }
   if (finished)
     fprintf (stderr, ", \"finished\": true, \"elapsed_s\": %.1f", el);
   else
@@ -211,7 +217,7 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
     if (json && el > 0
         && (el - last_json >= secs / 10 || el - last_json >= 5)) {
       json_progress (j, mode, el, secs,
-                     (double) atomic_load (&r->bytes) / el / 1e6, false);
+                     (double) atomic_load (&r->bytes) / el / 1e6, 0);
       last_json = el;
     }
     if (progress_on && el - last >= 0.5) {
@@ -227,9 +233,10 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
     pthread_join (th[i], NULL);
   res->secs = now_s () - t0;
   res->cpu = cpu_s () - c0;
-  if (json && atomic_load (&r->err) == 0)
+  if (json)
     json_progress (j, mode, res->secs, secs,
-                   (double) atomic_load (&r->bytes) / res->secs / 1e6, true);
+                   (double) atomic_load (&r->bytes) / res->secs / 1e6,
+                   atomic_load (&r->err) == 0 ? 1 : -1);
   if (progress_on)
     fprintf (stderr, "\r%78s\r", "");
   err = atomic_load (&r->err);

@@ -126,6 +126,13 @@ make_plan (struct mount_plan *m)
       lg_error ("%s", err);
       return -1;
     }
+    if (l->n > MAX_TARGETS && m->strict) {
+      lg_error ("%s: %zu targets, more than the %d a mount takes "
+                "(--strict)",
+                m->u->portal, l->n, MAX_TARGETS);
+      lg_target_list_free (l);
+      return -1;
+    }
     if (l->n > MAX_TARGETS)
       lg_warn ("%s: %zu targets; mounting the first %d", m->u->portal, l->n,
                MAX_TARGETS);
