@@ -151,4 +151,28 @@ pid=$(sed -n 's/.*pid \([0-9]*\), in another mount namespace.*/\1/p' "$nsmnt.err
 kill "$pid"
 for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "the gateway in the other namespace did not stop on SIGTERM"
+
+# In another PID namespace the holder's own pid (1 there) names another
+# process here: the refusal must not tell to stop it (the hostile
+# review: "pid 1 ... stop that gateway first").
+for _ in $(seq 50); do mountpoint -q "$nsmnt" || break; sleep 0.1; done
+unshare -pf --kill-child=TERM "$LUNGATE" mount -f "iscsi://$TGT_PORTAL/$t2" "$nsmnt" \
+  2>"$nsmnt.pidns" &
+upid=$!
+on_exit pkill -P "$upid"
+for _ in $(seq 100); do mountpoint -q "$nsmnt" && break; sleep 0.1; done
+mountpoint -q "$nsmnt" || { cat "$nsmnt.pidns"; fail "mounting inside unshare -pf"; }
+# (bench --write: a second mount would be refused sooner, the source
+# being mounted already in this mount namespace.)
+with_timeout 60 "$LUNGATE" bench --write --time 0.5 --size 1M "iscsi://$TGT_PORTAL/$t2/1" \
+  >/dev/null 2>"$nsmnt.err" && fail "a writer beside the mount in another PID namespace"
+grep -q "running, its pid not visible here (another PID namespace" "$nsmnt.err" \
+  || { cat "$nsmnt.err"; fail "the refusal does not say the holder's pid is not visible"; }
+grep -Eq "pid [0-9]+[,)]" "$nsmnt.err" && { cat "$nsmnt.err"; fail "the refusal names a pid of another namespace"; }
+# (unshare ignores SIGTERM while it waits: the daemon, pid 1 there, is
+# its child.)
+kill "$(pgrep -P "$upid")"
+for _ in $(seq 100); do mountpoint -q "$nsmnt" || break; sleep 0.1; done
+mountpoint -q "$nsmnt" && fail "the mount in the other PID namespace did not stop"
+rm -f "$nsmnt.pidns"
 echo "test-mount-tree: ok"

@@ -314,14 +314,21 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
   pid_t pid;
 
   lg_pr_describe_key (st->holder, who, sizeof who);
-  /* A gateway of this host known to run: which process, and where. */
-  if (lg_pr_key_here (st->holder) && lg_alive_dead (st->holder, &pid) == 0
-      && pid > 0)
-    snprintf (pid_s, sizeof pid_s, ", pid %ld%s", (long) pid,
-              other_mount_ns (pid)
-                  ? ", in another mount namespace (its mount is not listed "
-                    "here)"
-                  : "");
+  /* A gateway of this host known to run: which process, and where.  The
+   * pid its file names is its own: here, another process when it runs
+   * in another PID namespace, so it counts only if that process holds
+   * the file. */
+  if (lg_pr_key_here (st->holder) && lg_alive_dead (st->holder, &pid) == 0) {
+    if (lg_alive_pid_holds (st->holder, pid))
+      snprintf (pid_s, sizeof pid_s, ", pid %ld%s", (long) pid,
+                other_mount_ns (pid) ? ", in another mount namespace (a "
+                                       "mount of it is not listed here)"
+                                     : "");
+    else
+      snprintf (pid_s, sizeof pid_s,
+                ", running, its pid not visible here (another PID "
+                "namespace, or another user's)");
+  }
   snprintf (err, errlen,
             "%s: in use by %s (reservation key 0x%016" PRIx64 ", %s%s); "
             "open it read-only (-r, -o ro), or %s",

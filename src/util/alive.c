@@ -2,8 +2,10 @@
 /* Whether the gateway behind a reservation key still runs (alive.h). */
 #include <config.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -180,4 +182,34 @@ lg_alive_forget (uint64_t key)
   if (lg_alive_dead (key, &pid) == 1
       && key_path (key, path, sizeof path, false) == 0)
     unlink (path);
+}
+
+bool
+lg_alive_pid_holds (uint64_t key, pid_t pid)
+{
+  char path[4096], real[PATH_MAX], dir[64], link[64], got[PATH_MAX];
+  struct dirent *e;
+  bool found = false;
+  DIR *d;
+
+  if (pid <= 0 || key_path (key, path, sizeof path, false) < 0
+      || realpath (path, real) == NULL)
+    return false;
+  snprintf (dir, sizeof dir, "/proc/%ld/fd", (long) pid);
+  if ((d = opendir (dir)) == NULL)
+    return false;
+  while (!found && (e = readdir (d)) != NULL) {
+    ssize_t n;
+
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf (link, sizeof link, "%s/%.16s", dir, e->d_name);
+    n = readlink (link, got, sizeof got - 1);
+    if (n > 0) {
+      got[n] = '\0';
+      found = strcmp (got, real) == 0;
+    }
+  }
+  closedir (d);
+  return found;
 }

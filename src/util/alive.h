@@ -47,4 +47,10 @@ void lg_alive_keep (void);
 /* Removes the file of a dead process whose LUN was taken back. */
 void lg_alive_forget (uint64_t key);
 
+/* Whether process pid (as this process sees pids) holds key's file open:
+ * the pid a file names is the marking process's own, which is another
+ * process here when that one runs in another PID namespace.  false also
+ * when it cannot be told (another user's process). */
+bool lg_alive_pid_holds (uint64_t key, pid_t pid);
+
 #endif
