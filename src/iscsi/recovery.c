@@ -558,25 +558,37 @@ restart:
 
 /* ---- a lost connection, and the login after it ---- */
 
-/* The connection is gone (any thread): every command on it is held for the
- * next one (failed at once with a budget of 0); writes among them are in
- * doubt until the next login's LUN RESET. */
+/* FNV-1a: a line's identity for lg_s_first_say (not a secret). */
+static uint64_t
+line_hash (const char *text)
+{
+  uint64_t h = 0xcbf29ce484222325ull;
+
+  for (const unsigned char *p = (const unsigned char *) text; *p; p++)
+    h = (h ^ *p) * 0x100000001b3ull;
+  return h;
+}
+
+/* Only another session's line counts: the same session's line again is
+ * another event (a second outage). */
 bool
 lg_s_first_say (struct lg_session *s, const char *text)
 {
   struct lg_said *said = s->shared ? s->shared->said : NULL;
   int64_t now = lg_mono_ms ();
+  uint64_t h = line_hash (text);
   bool news = true;
 
   if (said == NULL)
     return true;
   pthread_mutex_lock (&said->lock);
   for (unsigned i = 0; i < LG_SAID_LINES && news; i++)
-    if (said->ms[i] && now - said->ms[i] < LG_SAID_MS
-        && strncmp (said->text[i], text, sizeof said->text[i] - 1) == 0)
+    if (said->ms[i] && now - said->ms[i] < LG_SAID_MS && said->hash[i] == h
+        && said->who[i] != s)
       news = false;
   if (news) {
-    snprintf (said->text[said->next], sizeof said->text[0], "%s", text);
+    said->hash[said->next] = h;
+    said->who[said->next] = s;
     said->ms[said->next] = now;
     said->next = (said->next + 1) % LG_SAID_LINES;
   }
@@ -584,6 +596,9 @@ lg_s_first_say (struct lg_session *s, const char *text)
   return news;
 }
 
+/* The connection is gone (any thread): every command on it is held for the
+ * next one (failed at once with a budget of 0); writes among them are in
+ * doubt until the next login's LUN RESET. */
 void
 lg_s_connection_lost (struct lg_session *s, const char *why)
 {

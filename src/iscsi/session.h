@@ -141,7 +141,8 @@ struct lg_session;
 #define LG_SAID_LINES 8
 struct lg_said {
   pthread_mutex_t lock;
-  char text[LG_SAID_LINES][256];
+  uint64_t hash[LG_SAID_LINES];   /* of the whole line */
+  const void *who[LG_SAID_LINES]; /* the session that logged it */
   int64_t ms[LG_SAID_LINES];
   unsigned next; /* the slot to reuse */
 };
