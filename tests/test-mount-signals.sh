@@ -106,4 +106,80 @@ kill -0 "$pid" 2>/dev/null && fail "the daemon did not exit once the last file w
 cmp -n 4096 "$TGT_DIR/blk" "$(tgt_lun_file 1 1)" \
   || fail "the write of the file open across the lazy unmount did not reach the LUN"
 grep -q "No such file" "$TGT_DIR/lazy.log" && { cat "$TGT_DIR/lazy.log"; fail "ENOENT logged after the lazy unmount"; }
+
+# (The hostile review of c90c142.)  holder DIR BLK: a process that writes
+# BLK at the start of DIR/lun1 and keeps the file open until SIGTERM.
+holder ()
+{
+  python3 -c '
+import os, signal, sys, time
+def stop(*_):
+    raise KeyboardInterrupt
+signal.signal(signal.SIGTERM, stop)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.pwrite(fd, open(sys.argv[2], "rb").read(), 0)
+sys.stdout.write("written\n"); sys.stdout.flush()
+try:
+    time.sleep(3600)
+except KeyboardInterrupt:
+    pass
+t = time.monotonic()
+try:
+    os.close(fd)
+    print("closed after %.1f s" % (time.monotonic() - t))
+except OSError as e:
+    print("close failed after %.1f s: %s" % (time.monotonic() - t, e))' "$1/lun1" "$2" &
+}
+
+# A detached mount keeps its own outage budget (--io-timeout), not the
+# 10 s of a stop: the target away 15 s while the open file is closed
+# (the kernel writes back then) loses nothing.  (The close failed with
+# EIO after 10 s.)
+tgt_add_target 2 "$t-two"
+tgt_add_lun 2 1 16M
+tgt_allow 2 ALL
+url2="iscsi://$TGT_PORTAL/$t-two/1"
+head -c 65536 /dev/urandom >"$TGT_DIR/blk2"
+with_timeout 60 "$LUNGATE" mount --io-timeout 60 --log "$TGT_DIR/budget.log" "$url2" "$TGT_DIR/m" \
+  || fail "mount"
+pid=$(pgrep -f -- "lungate mount --io-timeout 60 --log $TGT_DIR/budget.log" | head -n 1)
+holder "$TGT_DIR/m" "$TGT_DIR/blk2" >"$TGT_DIR/holder.out"
+hpid=$!
+on_exit kill "$hpid"
+for _ in $(seq 50); do grep -q written "$TGT_DIR/holder.out" && break; sleep 0.1; done
+fusermount3 -u -z "$TGT_DIR/m" || fail "fusermount3 -uz"
+kill -TERM "$pid"
+sleep 1
+tgt_kill
+kill -TERM "$hpid"
+sleep 15
+tgt_restart
+for _ in $(seq 300); do grep -q "close" "$TGT_DIR/holder.out" && break; sleep 0.1; done
+grep -q "closed after" "$TGT_DIR/holder.out" \
+  || { cat "$TGT_DIR/holder.out" "$TGT_DIR/budget.log"; fail "a detached mount failed the close with the stop's budget"; }
+cmp -n 65536 "$TGT_DIR/blk2" "$(tgt_lun_file 2 1)" \
+  || fail "the write of the file closed during the outage did not reach the LUN"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+
+# Another mount made at the same directory after the lazy unmount is not
+# this one's: a signal then waits for the open file as before, and
+# leaves the other mount alone.  (The first mount wrote back by path into
+# the other's files, exited, and its unmount took the other mount.)
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/a.log" "$url" "$TGT_DIR/m" || fail "mount A"
+apid=$(pgrep -f -- "lungate mount --log $TGT_DIR/a.log" | head -n 1)
+head -c 65536 /dev/urandom >"$TGT_DIR/blk3"
+holder "$TGT_DIR/m" "$TGT_DIR/blk3" >"$TGT_DIR/holder3.out"
+h3=$!
+on_exit kill "$h3"
+for _ in $(seq 50); do grep -q written "$TGT_DIR/holder3.out" && break; sleep 0.1; done
+fusermount3 -u -z "$TGT_DIR/m" || fail "fusermount3 -uz"
+with_timeout 60 "$LUNGATE" mount "$url2" "$TGT_DIR/m" || fail "mount B over the same directory"
+kill -TERM "$apid"
+sleep 2
+kill -0 "$apid" 2>/dev/null || { cat "$TGT_DIR/a.log"; fail "A took B's mount for its own and exited with its file open"; }
+kill -TERM "$apid"
+for _ in $(seq 100); do kill -0 "$apid" 2>/dev/null || break; sleep 0.1; done
+mountpoint -q "$TGT_DIR/m" || fail "A's stop took B's mount"
+kill -TERM "$h3"
+with_timeout 60 "$LUNGATE" umount "$TGT_DIR/m" >/dev/null || fail "unmounting B"
 echo "test-mount-signals: ok"

@@ -63,6 +63,7 @@ struct lg_fs {
   pthread_t main_tid; /* in fuse_session_loop_mt */
   atomic_bool serving, stopped;
   atomic_bool detached; /* signalled after a lazy unmount (run.c) */
+  char mnt_dev[32];     /* major:minor of our mount ("" not known) */
 };
 
 /* The FUSE operations, serving fs from now on. */

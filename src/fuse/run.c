@@ -136,25 +136,74 @@ sync_files (struct lg_fs *fs)
   }
 }
 
-/* Whether this process's mount namespace still has a FUSE mount at dir:
- * not after a lazy unmount (fusermount3 -uz), which leaves the files
- * opened through it served until they are closed, but reaches nothing
- * by the path any more.  (From /proc: a stat of dir would be a request
- * to this very process.) */
-static bool
-still_mounted (const char *dir)
+/* Undoes the octal escapes of a /proc/self/mountinfo field in place. */
+static void
+unescape (char *f)
 {
-  FILE *f = setmntent ("/proc/self/mounts", "r");
-  struct mntent *m;
+  char *w = f;
+
+  for (const char *r = f; *r; w++)
+    if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7'
+        && r[3] >= '0' && r[3] <= '7') {
+      *w = (char) ((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+      r += 4;
+    }
+    else
+      *w = *r++;
+  *w = '\0';
+}
+
+/* The device (major:minor) of the newest FUSE mount at dir in this
+ * mount namespace, into dev: true if there is one.  From /proc (a stat
+ * of dir would be a request to this very process). */
+static bool
+fuse_mount_at (const char *dir, char *dev, size_t len)
+{
+  FILE *f = fopen ("/proc/self/mountinfo", "re");
+  char *line = NULL;
+  size_t cap = 0;
   bool found = false;
 
   if (f == NULL)
-    return true; /* cannot tell: try the paths */
-  while (!found && (m = getmntent (f)) != NULL)
-    found = strcmp (m->mnt_dir, dir) == 0
-        && strncmp (m->mnt_type, "fuse", 4) == 0;
-  endmntent (f);
+    return false;
+  while (getline (&line, &cap, f) > 0) {
+    char *save = NULL, *fld[5], *type;
+    int n = 0;
+
+    for (char *t = strtok_r (line, " ", &save); t && n < 5;
+         t = strtok_r (NULL, " ", &save))
+      fld[n++] = t;
+    if (n < 5)
+      continue;
+    /* After the optional fields, " - " and the file system type. */
+    while ((type = strtok_r (NULL, " ", &save)) && strcmp (type, "-") != 0)
+      ;
+    if (type == NULL || (type = strtok_r (NULL, " ", &save)) == NULL
+        || strncmp (type, "fuse", 4) != 0)
+      continue;
+    unescape (fld[4]);
+    if (strcmp (fld[4], dir) == 0) {
+      snprintf (dev, len, "%s", fld[2]);
+      found = true; /* the last one listed is the newest */
+    }
+  }
+  free (line);
+  fclose (f);
   return found;
+}
+
+/* Whether this session's own mount is still at fs->dir: not after a
+ * lazy unmount (fusermount3 -uz), which leaves the files opened through
+ * it served until they are closed but reaches nothing by the path; and
+ * another FUSE mount made there since is not ours. */
+static bool
+still_mounted (const struct lg_fs *fs)
+{
+  char dev[32];
+
+  if (!fuse_mount_at (fs->dir, dev, sizeof dev))
+    return false;
+  return fs->mnt_dev[0] == '\0' || strcmp (dev, fs->mnt_dev) == 0;
 }
 
 /* The first signal: write back what is cached, waiting for the target
@@ -166,9 +215,7 @@ sync_and_exit (void *arg)
 {
   struct lg_fs *fs = arg;
 
-  if (fs->on_stop)
-    fs->on_stop (fs->stop_opaque, false);
-  if (!still_mounted (fs->dir)) {
+  if (!still_mounted (fs)) {
     /* Lazily unmounted: what is still open through the mount can be
      * written back only by the kernel, at its last close; serve until
      * then (the session ends by itself), unless signalled again. */
@@ -180,6 +227,10 @@ sync_and_exit (void *arg)
              fs->dir);
     return NULL;
   }
+  /* Only now the shorter budget of a stop (on_stop): a detached mount
+   * serves on with its own. */
+  if (fs->on_stop)
+    fs->on_stop (fs->stop_opaque, false);
   if (!fs->o.read_only)
     sync_files (fs);
   stop_once (fs);
@@ -429,6 +480,9 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     mount_failed (dir, allow_other (fuse_argc, fuse_argv));
     goto out_destroy;
   }
+  /* Which mount is ours, for still_mounted. */
+  if (!fuse_mount_at (dir, fs->mnt_dev, sizeof fs->mnt_dev))
+    fs->mnt_dev[0] = '\0';
   /* The handlers first: a signal while ready() waits (a claim waits for
    * a holder that is closing) unmounts, rather than leaving the mount
    * with nobody serving it. */
@@ -469,6 +523,11 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   fuse_loop_cfg_destroy (cfg);
   stop_once (fs);
   drain (fs);
+  /* Detached, and maybe another mount there now: libfuse's unmount
+   * would take that one (as root, umount2 of the path). */
+  fs->dir = dir;
+  if (!still_mounted (fs))
+    goto out_destroy;
 out_unmount:
   fuse_session_unmount (se);
 out_destroy:
