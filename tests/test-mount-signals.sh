@@ -182,4 +182,33 @@ for _ in $(seq 100); do kill -0 "$apid" 2>/dev/null || break; sleep 0.1; done
 mountpoint -q "$TGT_DIR/m" || fail "A's stop took B's mount"
 kill -TERM "$h3"
 with_timeout 60 "$LUNGATE" umount "$TGT_DIR/m" >/dev/null || fail "unmounting B"
+
+# Another mount of any kind over the mount (here a tmpfs) hides it from
+# the paths: a signal waits for the open file and leaves the other mount
+# alone.  (The daemon wrote back by path into the tmpfs, exited, and its
+# unmount took the tmpfs: the open file's writes were lost.)
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/c.log" "$url2" "$TGT_DIR/m" || fail "mount C"
+cpid=$(pgrep -f -- "lungate mount --log $TGT_DIR/c.log" | head -n 1)
+head -c 65536 /dev/urandom >"$TGT_DIR/blk4"
+holder "$TGT_DIR/m" "$TGT_DIR/blk4" >"$TGT_DIR/holder4.out"
+h4=$!
+on_exit kill "$h4"
+for _ in $(seq 50); do grep -q written "$TGT_DIR/holder4.out" && break; sleep 0.1; done
+mount -t tmpfs lungate-test-cover "$TGT_DIR/m" || fail "mounting a tmpfs over the mount"
+on_exit umount "$TGT_DIR/m"
+kill -TERM "$cpid"
+sleep 2
+kill -0 "$cpid" 2>/dev/null || { cat "$TGT_DIR/c.log"; fail "a covered mount's daemon exited with its file open"; }
+grep -q "another mount covers it" "$TGT_DIR/c.log" || { cat "$TGT_DIR/c.log"; fail "the covered mount does not say why it goes on"; }
+kill -TERM "$h4"
+for _ in $(seq 100); do grep -q close "$TGT_DIR/holder4.out" && break; sleep 0.1; done
+grep -q "closed after" "$TGT_DIR/holder4.out" || { cat "$TGT_DIR/holder4.out"; fail "the covered mount's file did not close"; }
+cmp -n 65536 "$TGT_DIR/blk4" "$(tgt_lun_file 2 1)" \
+  || fail "the write of the file open under the cover did not reach the LUN"
+kill -TERM "$cpid"
+for _ in $(seq 100); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$cpid" 2>/dev/null && fail "a second signal did not stop the covered mount's daemon"
+grep -q "^lungate-test-cover $TGT_DIR/m tmpfs" /proc/mounts || fail "the covered mount's stop took the tmpfs over it"
+umount "$TGT_DIR/m" || fail "umount of the tmpfs"
+fusermount3 -u "$TGT_DIR/m" 2>/dev/null || true
 echo "test-mount-signals: ok"

@@ -63,7 +63,8 @@ struct lg_fs {
   pthread_t main_tid; /* in fuse_session_loop_mt */
   atomic_bool serving, stopped;
   atomic_bool detached; /* signalled after a lazy unmount (run.c) */
-  char mnt_dev[32];     /* major:minor of our mount ("" not known) */
+  int mnt_id;           /* our mount's id in mountinfo (-1 not known) */
+  char mnt_dev[32];     /* and its major:minor */
 };
 
 /* The FUSE operations, serving fs from now on. */

@@ -103,37 +103,49 @@ set_handlers (bool ours)
   sigaction (SIGPIPE, &sa, NULL);
 }
 
-/* The path of node i under the mount point. */
+/* The path of node i relative to the mount point ("lun1",
+ * "TARGET/lun1"). */
 static void
 node_path (const struct lg_fs *fs, int i, char *buf, size_t len)
 {
-  if (fs->nodes[i].parent < 0) {
-    snprintf (buf, len, "%s", fs->dir);
+  int p = fs->nodes[i].parent;
+
+  if (p < 0 || fs->nodes[p].parent < 0) {
+    snprintf (buf, len, "%s", fs->nodes[i].name);
     return;
   }
-  node_path (fs, fs->nodes[i].parent, buf, len);
+  node_path (fs, p, buf, len);
   snprintf (buf + strlen (buf), len - strlen (buf), "/%s", fs->nodes[i].name);
 }
 
 /* fsync of every file through the mount: the kernel writes the dirty
- * pages of the writeback cache to us (syncfs does not wait for FUSE's). */
+ * pages of the writeback cache to us (syncfs does not wait for FUSE's).
+ * Opened relative to the mount point: its path may be near PATH_MAX. */
 static void
 sync_files (struct lg_fs *fs)
 {
+  int dfd = open (fs->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char path[4200];
 
+  if (dfd < 0) {
+    lg_error ("%s: writing back before unmounting: %m", fs->dir);
+    return;
+  }
   for (int i = 0; i < fs->n; i++) {
     int fd;
 
     if (fs->nodes[i].dev == NULL)
       continue;
     node_path (fs, i, path, sizeof path);
-    fd = open (path, (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+    fd = openat (dfd, path,
+                 (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
     if (fd < 0 || fsync (fd) < 0)
-      lg_error ("%s: writing back before unmounting: %m", path);
+      lg_error ("%s: %s: writing back before unmounting: %m",
+                fs->nodes[i].dev->name, path);
     if (fd >= 0)
       close (fd);
   }
+  close (dfd);
 }
 
 /* Undoes the octal escapes of a /proc/self/mountinfo field in place. */
@@ -153,57 +165,91 @@ unescape (char *f)
   *w = '\0';
 }
 
-/* The device (major:minor) of the newest FUSE mount at dir in this
- * mount namespace, into dev: true if there is one.  From /proc (a stat
- * of dir would be a request to this very process). */
-static bool
-fuse_mount_at (const char *dir, char *dev, size_t len)
+/* What /proc/self/mountinfo says of the mounts at dir (a stat of dir
+ * would be a request to this very process). */
+struct at_dir {
+  int top_id; /* the mount nothing else at dir is mounted over */
+  char top_dev[32];
+  bool top_fuse;
+  bool ours_seen;    /* the mount with id ours (and its device) is there */
+  bool ours_covered; /* and another at dir is mounted over it */
+};
+
+/* Reads the mounts at dir, ours being id ours with device dev (-1: not
+ * known).  0, or -1 when /proc cannot be read. */
+static int
+mounts_at (const char *dir, int ours, const char *dev, struct at_dir *r)
 {
   FILE *f = fopen ("/proc/self/mountinfo", "re");
   char *line = NULL;
   size_t cap = 0;
-  bool found = false;
+  int ids[64], parents[64], n = 0;
+  char devs[64][32];
+  bool fuse[64];
 
+  memset (r, 0, sizeof *r);
+  r->top_id = -1;
   if (f == NULL)
-    return false;
-  while (getline (&line, &cap, f) > 0) {
+    return -1;
+  while (getline (&line, &cap, f) > 0 && n < 64) {
     char *save = NULL, *fld[5], *type;
-    int n = 0;
+    int k = 0;
 
-    for (char *t = strtok_r (line, " ", &save); t && n < 5;
+    for (char *t = strtok_r (line, " ", &save); t && k < 5;
          t = strtok_r (NULL, " ", &save))
-      fld[n++] = t;
-    if (n < 5)
+      fld[k++] = t;
+    if (k < 5)
       continue;
     /* After the optional fields, " - " and the file system type. */
     while ((type = strtok_r (NULL, " ", &save)) && strcmp (type, "-") != 0)
       ;
-    if (type == NULL || (type = strtok_r (NULL, " ", &save)) == NULL
-        || strncmp (type, "fuse", 4) != 0)
-      continue;
+    if (type != NULL)
+      type = strtok_r (NULL, " ", &save);
     unescape (fld[4]);
-    if (strcmp (fld[4], dir) == 0) {
-      snprintf (dev, len, "%s", fld[2]);
-      found = true; /* the last one listed is the newest */
-    }
+    if (strcmp (fld[4], dir) != 0)
+      continue;
+    ids[n] = atoi (fld[0]);
+    parents[n] = atoi (fld[1]);
+    snprintf (devs[n], sizeof devs[n], "%s", fld[2]);
+    fuse[n] = type && strncmp (type, "fuse", 4) == 0;
+    n++;
   }
   free (line);
   fclose (f);
-  return found;
+  for (int i = 0; i < n; i++) {
+    bool covered = false;
+
+    for (int j = 0; j < n; j++)
+      covered |= parents[j] == ids[i];
+    if (!covered) {
+      r->top_id = ids[i];
+      snprintf (r->top_dev, sizeof r->top_dev, "%s", devs[i]);
+      r->top_fuse = fuse[i];
+    }
+    if (ours >= 0 && ids[i] == ours && strcmp (devs[i], dev) == 0) {
+      r->ours_seen = true;
+      r->ours_covered = covered;
+    }
+  }
+  return 0;
 }
 
-/* Whether this session's own mount is still at fs->dir: not after a
- * lazy unmount (fusermount3 -uz), which leaves the files opened through
- * it served until they are closed but reaches nothing by the path; and
- * another FUSE mount made there since is not ours. */
+/* Whether this session's own mount is still the one reached by the
+ * path fs->dir: not after a lazy unmount (fusermount3 -uz, umount -l),
+ * which leaves the files opened through it served until they are closed
+ * but reaches nothing by the path, nor while another mount of any kind
+ * is over it (moved or bound there).  /proc unreadable: true (the paths
+ * are tried, as before). */
 static bool
 still_mounted (const struct lg_fs *fs)
 {
-  char dev[32];
+  struct at_dir r;
 
-  if (!fuse_mount_at (fs->dir, dev, sizeof dev))
-    return false;
-  return fs->mnt_dev[0] == '\0' || strcmp (dev, fs->mnt_dev) == 0;
+  if (fs->mnt_id < 0)
+    return true;
+  if (mounts_at (fs->dir, fs->mnt_id, fs->mnt_dev, &r) < 0)
+    return true;
+  return r.ours_seen && !r.ours_covered;
 }
 
 /* The first signal: write back what is cached, waiting for the target
@@ -220,10 +266,11 @@ sync_and_exit (void *arg)
      * written back only by the kernel, at its last close; serve until
      * then (the session ends by itself), unless signalled again. */
     atomic_store (&fs->detached, true);
-    lg_warn ("%s: the mount was detached (a lazy unmount) and files are "
-             "still open through it: serving them until the last one is "
-             "closed (a second signal stops now, and what they have not "
-             "written back is lost)",
+    lg_warn ("%s: the mount was detached (a lazy unmount), or another "
+             "mount covers it: files still open through it are served until "
+             "the last one is closed (a second signal stops now: what they "
+             "have not written back is lost, and a covered mount stays, "
+             "for fusermount3 -u once it is uncovered)",
              fs->dir);
     return NULL;
   }
@@ -480,9 +527,17 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     mount_failed (dir, allow_other (fuse_argc, fuse_argv));
     goto out_destroy;
   }
-  /* Which mount is ours, for still_mounted. */
-  if (!fuse_mount_at (dir, fs->mnt_dev, sizeof fs->mnt_dev))
-    fs->mnt_dev[0] = '\0';
+  /* Which mount is ours, for still_mounted: the FUSE mount on top at
+   * dir, just made. */
+  {
+    struct at_dir ad;
+
+    fs->mnt_id = -1;
+    if (mounts_at (dir, -1, "", &ad) == 0 && ad.top_fuse) {
+      fs->mnt_id = ad.top_id;
+      snprintf (fs->mnt_dev, sizeof fs->mnt_dev, "%s", ad.top_dev);
+    }
+  }
   /* The handlers first: a signal while ready() waits (a claim waits for
    * a holder that is closing) unmounts, rather than leaving the mount
    * with nobody serving it. */
