@@ -578,11 +578,19 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   fuse_loop_cfg_destroy (cfg);
   stop_once (fs);
   drain (fs);
-  /* Detached, and maybe another mount there now: libfuse's unmount
-   * would take that one (as root, umount2 of the path). */
+  /* Our mount detached or covered while its connection lives (a second
+   * signal stopped us): libfuse's unmount would take whatever is at the
+   * path now (as root, umount2 of it).  Once the kernel ended the
+   * connection (an unmount, the last close after a lazy one) it only
+   * closes and frees, and must run. */
   fs->dir = dir;
-  if (!still_mounted (fs))
-    goto out_destroy;
+  {
+    struct pollfd pf = { .fd = fuse_session_fd (se), .events = 0 };
+    bool ended = poll (&pf, 1, 0) == 1 && (pf.revents & POLLERR);
+
+    if (!ended && !still_mounted (fs))
+      goto out_destroy;
+  }
 out_unmount:
   fuse_session_unmount (se);
 out_destroy:
