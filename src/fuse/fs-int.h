@@ -18,6 +18,7 @@
 
 #define MAX_NODES 1024
 #define STATS_NAME ".stats"
+#define LG_FS_PROBE_PREFIX ".lungate-probe-"
 
 /* The allocation count of a file (fs->alloc_lock). */
 struct alloc {
@@ -62,9 +63,12 @@ struct lg_fs {
   const char *dir;    /* the mount point, for syncfs at a signal */
   pthread_t main_tid; /* in fuse_session_loop_mt */
   atomic_bool serving, stopped;
-  atomic_bool detached; /* signalled after a lazy unmount (run.c) */
-  int mnt_id;           /* our mount's id in mountinfo (-1 not known) */
-  char mnt_dev[32];     /* and its major:minor */
+  /* Whether the path reaches the mount (run.c's reaches_us): the last
+   * probe name's number fs_lookup saw; the path did not reach it at a
+   * signal; another signal came since; the loop may end with an
+   * unmount by the path. */
+  atomic_uint_fast64_t probe_seen;
+  atomic_bool detached, again, unmount_ok;
 };
 
 /* The FUSE operations, serving fs from now on. */

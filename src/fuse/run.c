@@ -11,8 +11,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/nsfs.h>
-#include <mntent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -148,132 +148,151 @@ sync_files (struct lg_fs *fs)
   close (dfd);
 }
 
-/* Undoes the octal escapes of a /proc/self/mountinfo field in place. */
-static void
-unescape (char *f)
-{
-  char *w = f;
+/* ---- whether the path still reaches this mount ----
+ *
+ * Asked by a lookup of a name nobody else asks for
+ * (LG_FS_PROBE_PREFIX and a number), through the path: only this
+ * session sees it (fs_lookup notes it), and only while the path leads
+ * here: not after a lazy unmount (fusermount3 -uz, umount -l), nor with
+ * any other mount over this one or over a directory above it.  The
+ * lookup runs on a thread of its own, as the path may lead to a mount
+ * that does not answer; no answer within PROBE_MS counts as "not
+ * here" (asked again later). */
+#define PROBE_MS 3000
 
-  for (const char *r = f; *r; w++)
-    if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7'
-        && r[3] >= '0' && r[3] <= '7') {
-      *w = (char) ((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-      r += 4;
-    }
-    else
-      *w = *r++;
-  *w = '\0';
-}
-
-/* What /proc/self/mountinfo says of the mounts at dir (a stat of dir
- * would be a request to this very process). */
-struct at_dir {
-  int top_id; /* the mount nothing else at dir is mounted over */
-  char top_dev[32];
-  bool top_fuse;
-  bool ours_seen;    /* the mount with id ours (and its device) is there */
-  bool ours_covered; /* and another at dir is mounted over it */
+struct probe {
+  atomic_int refs; /* the asker and the thread */
+  atomic_bool done;
+  char name[64];
+  char dir[];
 };
 
-/* Reads the mounts at dir, ours being id ours with device dev (-1: not
- * known).  0, or -1 when /proc cannot be read. */
-static int
-mounts_at (const char *dir, int ours, const char *dev, struct at_dir *r)
+static void
+probe_put (struct probe *p)
 {
-  FILE *f = fopen ("/proc/self/mountinfo", "re");
-  char *line = NULL;
-  size_t cap = 0;
-  int ids[64], parents[64], n = 0;
-  char devs[64][32];
-  bool fuse[64];
-
-  memset (r, 0, sizeof *r);
-  r->top_id = -1;
-  if (f == NULL)
-    return -1;
-  while (getline (&line, &cap, f) > 0 && n < 64) {
-    char *save = NULL, *fld[5], *type;
-    int k = 0;
-
-    for (char *t = strtok_r (line, " ", &save); t && k < 5;
-         t = strtok_r (NULL, " ", &save))
-      fld[k++] = t;
-    if (k < 5)
-      continue;
-    /* After the optional fields, " - " and the file system type. */
-    while ((type = strtok_r (NULL, " ", &save)) && strcmp (type, "-") != 0)
-      ;
-    if (type != NULL)
-      type = strtok_r (NULL, " ", &save);
-    unescape (fld[4]);
-    if (strcmp (fld[4], dir) != 0)
-      continue;
-    ids[n] = atoi (fld[0]);
-    parents[n] = atoi (fld[1]);
-    snprintf (devs[n], sizeof devs[n], "%s", fld[2]);
-    fuse[n] = type && strncmp (type, "fuse", 4) == 0;
-    n++;
-  }
-  free (line);
-  fclose (f);
-  for (int i = 0; i < n; i++) {
-    bool covered = false;
-
-    for (int j = 0; j < n; j++)
-      covered |= parents[j] == ids[i];
-    if (!covered) {
-      r->top_id = ids[i];
-      snprintf (r->top_dev, sizeof r->top_dev, "%s", devs[i]);
-      r->top_fuse = fuse[i];
-    }
-    if (ours >= 0 && ids[i] == ours && strcmp (devs[i], dev) == 0) {
-      r->ours_seen = true;
-      r->ours_covered = covered;
-    }
-  }
-  return 0;
+  if (atomic_fetch_sub (&p->refs, 1) == 1)
+    free (p);
 }
 
-/* Whether this session's own mount is still the one reached by the
- * path fs->dir: not after a lazy unmount (fusermount3 -uz, umount -l),
- * which leaves the files opened through it served until they are closed
- * but reaches nothing by the path, nor while another mount of any kind
- * is over it (moved or bound there).  /proc unreadable: true (the paths
- * are tried, as before). */
-static bool
-still_mounted (const struct lg_fs *fs)
+static void *
+probe_run (void *arg)
 {
-  struct at_dir r;
+  struct probe *p = arg;
+  int dfd = open (p->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
 
-  if (fs->mnt_id < 0)
+  if (dfd >= 0) {
+    if (fstatat (dfd, p->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      /* Nothing is ever there. */
+    }
+    close (dfd);
+  }
+  atomic_store (&p->done, true);
+  probe_put (p);
+  return NULL;
+}
+
+static bool
+reaches_us (struct lg_fs *fs)
+{
+  static atomic_uint_fast64_t last;
+  uint64_t tok = atomic_fetch_add (&last, 1) + 1;
+  size_t len = strlen (fs->dir);
+  struct probe *p = calloc (1, sizeof *p + len + 1);
+  pthread_attr_t attr;
+  pthread_t t;
+  bool started, seen = false;
+
+  if (p == NULL)
+    return true; /* the paths are tried, as before */
+  atomic_init (&p->refs, 2);
+  snprintf (p->name, sizeof p->name, "%s%" PRIu64, LG_FS_PROBE_PREFIX, tok);
+  memcpy (p->dir, fs->dir, len + 1);
+  pthread_attr_init (&attr);
+  pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+  started = pthread_create (&t, &attr, probe_run, p) == 0;
+  pthread_attr_destroy (&attr);
+  if (!started) {
+    free (p);
     return true;
-  if (mounts_at (fs->dir, fs->mnt_id, fs->mnt_dev, &r) < 0)
-    return true;
-  return r.ours_seen && !r.ours_covered;
+  }
+  for (unsigned ms = 0; ms < PROBE_MS; ms += 5) {
+    bool done = atomic_load (&p->done);
+
+    seen = atomic_load (&fs->probe_seen) == tok;
+    if (seen || done)
+      break;
+    usleep (5 * 1000);
+  }
+  probe_put (p);
+  return seen;
+}
+
+/* Ends the loop, from a thread other than the loop's. */
+static void
+end_loop (struct lg_fs *fs)
+{
+  fuse_session_exit (fs->se);
+  pthread_kill (fs->main_tid, SIGUSR2);
+}
+
+/* While the path does not reach the mount: serve on (what is still open
+ * through it can be written back only by the kernel, at its last close,
+ * which ends the session by itself), and ask again every second, and at
+ * once on another signal.  True once the path reaches it again; false
+ * when the session ended, or another signal stopped it while the path
+ * still did not. */
+static bool
+wait_reachable (struct lg_fs *fs)
+{
+  bool said = false;
+
+  while (!reaches_us (fs)) {
+    atomic_store (&fs->detached, true);
+    if (!said)
+      lg_warn ("%s: the mount was detached (a lazy unmount), or another "
+               "mount covers it: files still open through it are served "
+               "until the last one is closed, and the mount stops by itself "
+               "once uncovered (another signal stops now: what they have "
+               "not written back is lost, and a covered mount stays, for "
+               "fusermount3 -u once it is uncovered)",
+               fs->dir);
+    said = true;
+    for (int i = 0; i < 10 && !atomic_load (&fs->again); i++) {
+      if (!atomic_load (&fs->serving) || fuse_session_exited (fs->se))
+        return false;
+      usleep (100 * 1000);
+    }
+    if (atomic_exchange (&fs->again, false) && !reaches_us (fs)) {
+      lg_warn ("%s: signalled again while detached or covered: stopping "
+               "now; what files still open have not written back is lost",
+               fs->dir);
+      atomic_store (&fs->unmount_ok, false);
+      stop_once (fs);
+      end_loop (fs);
+      return false;
+    }
+  }
+  if (said)
+    lg_info ("%s: the path reaches the mount again: writing back, then "
+             "unmounting",
+             fs->dir);
+  atomic_store (&fs->detached, false);
+  return true;
 }
 
 /* The first signal: write back what is cached, waiting for the target
  * as any request does (a slow target is no reason to lose what write(2)
  * returned for), but no longer than LG_FS_STOP_BUDGET_S for a target
- * that does not answer; then end the session. */
+ * that does not answer; then end the session.  Only through a path that
+ * reaches this mount (wait_reachable). */
 static void *
 sync_and_exit (void *arg)
 {
   struct lg_fs *fs = arg;
 
-  if (!still_mounted (fs)) {
-    /* Lazily unmounted: what is still open through the mount can be
-     * written back only by the kernel, at its last close; serve until
-     * then (the session ends by itself), unless signalled again. */
-    atomic_store (&fs->detached, true);
-    lg_warn ("%s: the mount was detached (a lazy unmount), or another "
-             "mount covers it: files still open through it are served until "
-             "the last one is closed (a second signal stops now: what they "
-             "have not written back is lost, and a covered mount stays, "
-             "for fusermount3 -u once it is uncovered)",
-             fs->dir);
+  if (!wait_reachable (fs))
     return NULL;
-  }
   /* Only now the shorter budget of a stop (on_stop): a detached mount
    * serves on with its own. */
   if (fs->on_stop)
@@ -281,8 +300,7 @@ sync_and_exit (void *arg)
   if (!fs->o.read_only)
     sync_files (fs);
   stop_once (fs);
-  fuse_session_exit (fs->se);
-  pthread_kill (fs->main_tid, SIGUSR2);
+  end_loop (fs);
   return NULL;
 }
 
@@ -308,15 +326,15 @@ watch_exit (void *arg)
     }
     if (poll (&pfd, 1, 100) <= 0 || read (sig_pipe[0], &c, 1) != 1 || c == 0)
       continue;
+    if (syncing && atomic_load (&fs->detached)) {
+      atomic_store (&fs->again, true); /* wait_reachable asks again */
+      continue;
+    }
     if (syncing) {
       lg_warn ("%s: second signal (SIG%s): no longer waiting for the "
                "target; what is not written back yet is lost",
                fs->dir, sigabbrev_np (c));
       stop_once (fs);
-      if (atomic_load (&fs->detached)) {
-        fuse_session_exit (fs->se);
-        pthread_kill (fs->main_tid, SIGUSR2);
-      }
       continue;
     }
     lg_info ("%s: signalled (SIG%s): writing back what is cached, then "
@@ -515,6 +533,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   int r = -1;
 
   fs->mounted = time (NULL);
+  atomic_store (&fs->unmount_ok, true);
   if (!foreground && (bg = background ()) < 0)
     return -1;
   se = fuse_session_new (&args, lg_fs_ops_for (fs),
@@ -526,17 +545,6 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   if (fuse_session_mount (se, dir) != 0) {
     mount_failed (dir, allow_other (fuse_argc, fuse_argv));
     goto out_destroy;
-  }
-  /* Which mount is ours, for still_mounted: the FUSE mount on top at
-   * dir, just made. */
-  {
-    struct at_dir ad;
-
-    fs->mnt_id = -1;
-    if (mounts_at (dir, -1, "", &ad) == 0 && ad.top_fuse) {
-      fs->mnt_id = ad.top_id;
-      snprintf (fs->mnt_dev, sizeof fs->mnt_dev, "%s", ad.top_dev);
-    }
   }
   /* The handlers first: a signal while ready() waits (a claim waits for
    * a holder that is closing) unmounts, rather than leaving the mount
@@ -578,9 +586,9 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   fuse_loop_cfg_destroy (cfg);
   stop_once (fs);
   drain (fs);
-  /* Our mount detached or covered while its connection lives (a second
-   * signal stopped us): libfuse's unmount would take whatever is at the
-   * path now (as root, umount2 of it).  Once the kernel ended the
+  /* Stopped while the path did not reach our mount and its connection
+   * lives (wait_reachable): libfuse's unmount would take whatever is at
+   * the path now (as root, umount2 of it).  Once the kernel ended the
    * connection (an unmount, the last close after a lazy one) it only
    * closes and frees, and must run. */
   fs->dir = dir;
@@ -588,7 +596,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     struct pollfd pf = { .fd = fuse_session_fd (se), .events = 0 };
     bool ended = poll (&pf, 1, 0) == 1 && (pf.revents & POLLERR);
 
-    if (!ended && !still_mounted (fs))
+    if (!ended && !atomic_load (&fs->unmount_ok))
       goto out_destroy;
   }
 out_unmount:

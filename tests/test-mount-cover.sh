@@ -1,0 +1,112 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A signalled mount writes back by its path only while the path reaches
+# its own mount, asked at each stop request, not once (the hostile
+# review of dc88759/b964dc8):
+#  1. another mount over the *parent* directory, with a mount of its own
+#     at the same path: the daemon wrote back into that mount's file,
+#     exited with its own file still open, and its unmount took the
+#     other mount;
+#  2. a mount covered only while the first signal came: the second
+#     signal, after the cover went, skipped the write-back and lost what
+#     the open file had written;
+#  3. a covered mount asked to stop never stopped once uncovered.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+require fusermount3 mountpoint pgrep python3
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+[ "$(id -u)" = 0 ] || skip "mounting the covers needs root"
+tgt_start
+t=iqn.2026-12.org.lungate:cover
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+p="$TGT_DIR/p"
+mkdir -p "$p/m" "$TGT_DIR/m"
+cleanup ()
+{
+  for d in "$p/m" "$p" "$p/m" "$TGT_DIR/m" "$TGT_DIR/m"; do
+    umount -l "$d" 2>/dev/null || true
+  done
+}
+on_exit cleanup
+
+# holder FILE BLK OUT: a process that writes BLK at the start of FILE,
+# keeps it open until SIGTERM, then closes it and says how that went.
+holder ()
+{
+  python3 -c '
+import os, signal, sys, time
+def stop(*_):
+    raise KeyboardInterrupt
+signal.signal(signal.SIGTERM, stop)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.pwrite(fd, open(sys.argv[2], "rb").read(), 0)
+sys.stdout.write("written\n"); sys.stdout.flush()
+try:
+    time.sleep(3600)
+except KeyboardInterrupt:
+    pass
+try:
+    os.close(fd)
+    print("closed")
+except OSError as e:
+    print("close failed: %s" % e)' "$1" "$2" >"$3" &
+  hpid=$!
+  on_exit kill "$hpid"
+  for _ in $(seq 100); do grep -q written "$3" && return; sleep 0.1; done
+  fail "the holder did not write"
+}
+# gone PID SECONDS: PID exits within SECONDS.
+gone ()
+{
+  for _ in $(seq $(($2 * 10))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  return 1
+}
+
+# 1 and 3: a tmpfs over the parent, another tmpfs at the same path
+# inside it, holding a file of the same name.
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/1.log" "$url" "$p/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/1.log" | head -n 1)
+head -c 65536 /dev/urandom >"$TGT_DIR/blk1"
+holder "$p/m/lun1" "$TGT_DIR/blk1" "$TGT_DIR/h1.out"
+mount -t tmpfs lungate-test-parent "$p" || fail "tmpfs over the parent"
+mkdir "$p/m"
+mount -t tmpfs lungate-test-other "$p/m" || fail "tmpfs at the path"
+echo other >"$p/m/lun1"
+kill -TERM "$pid"
+sleep 2
+kill -0 "$pid" 2>/dev/null || { cat "$TGT_DIR/1.log"
+  fail "a mount whose parent is covered exited with its file open"; }
+[ "$(cat "$p/m/lun1")" = other ] || fail "the daemon wrote back into another mount's file"
+grep -q "^lungate-test-other $p/m tmpfs" /proc/mounts || fail "the stop took the other mount"
+kill -TERM "$hpid"
+for _ in $(seq 100); do grep -q close "$TGT_DIR/h1.out" && break; sleep 0.1; done
+grep -qx closed "$TGT_DIR/h1.out" || { cat "$TGT_DIR/h1.out"; fail "the covered file did not close"; }
+cmp -n 65536 "$TGT_DIR/blk1" "$(tgt_lun_file 1 1)" \
+  || fail "the write of the file open under the covered parent did not reach the LUN"
+umount "$p/m" || fail "umount of the other tmpfs"
+umount "$p" || fail "umount of the parent's tmpfs"
+# Uncovered: the stop asked for goes on by itself.
+gone "$pid" 20 || { cat "$TGT_DIR/1.log"; fail "the mount asked to stop did not stop once uncovered"; }
+mountpoint -q "$p/m" && fail "the mount stopped but stayed mounted"
+grep -q "covers it" "$TGT_DIR/1.log" || { cat "$TGT_DIR/1.log"; fail "the daemon does not say why it went on"; }
+
+# 2: a cover present only for the first signal.
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/2.log" "$url" "$TGT_DIR/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/2.log" | head -n 1)
+head -c 65536 /dev/urandom >"$TGT_DIR/blk2"
+holder "$TGT_DIR/m/lun1" "$TGT_DIR/blk2" "$TGT_DIR/h2.out"
+mount -t tmpfs lungate-test-cover "$TGT_DIR/m" || fail "tmpfs over the mount"
+kill -TERM "$pid"
+sleep 2
+kill -0 "$pid" 2>/dev/null || { cat "$TGT_DIR/2.log"; fail "a covered mount exited with its file open"; }
+umount "$TGT_DIR/m" || fail "umount of the cover"
+kill -TERM "$pid"
+gone "$pid" 20 || { cat "$TGT_DIR/2.log"; fail "the second signal did not stop the uncovered mount"; }
+cmp -n 65536 "$TGT_DIR/blk2" "$(tgt_lun_file 1 1)" \
+  || { cat "$TGT_DIR/2.log"; fail "the second signal after the cover went lost the open file's write"; }
+mountpoint -q "$TGT_DIR/m" && fail "the mount stopped but stayed mounted"
+kill -TERM "$hpid" 2>/dev/null || true
+echo "test-mount-cover: ok"
