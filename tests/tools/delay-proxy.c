@@ -3,6 +3,9 @@
  *
  *   delay-proxy --upstream HOST:PORT [--listen [HOST:]PORT]
  *               [--delay-ms MS] [--rate RATE] [--queue BYTES] [-v]
+ *               [--jitter-ms MS] [--stall-every S --stall-ms MS]
+ *               [--reset-every S] [--rate-low RATE --rate-period S]
+ *               [--seed N]
  *
  * Each accepted client is connected to the upstream, and the bytes of
  * each direction go through a model of one link, shared by all the
@@ -22,6 +25,15 @@
  * each read is one chunk with one timestamp: no per-byte work.  The TCP
  * handshake itself is not delayed (the client's connect completes at
  * once); everything after it is.
+ *
+ * A flaky link (a Wi-Fi link, say) on top of that: each chunk arrives
+ * up to --jitter-ms later than the delay (never before the chunk ahead
+ * of it); every --stall-every seconds the link carries nothing for
+ * --stall-ms (roaming, interference); every --reset-every seconds one
+ * connection, picked at random, is reset (RST both ways); and the rate
+ * drops to --rate-low for the second half of every --rate-period
+ * seconds.  --seed makes the picks repeatable.  Each fault is counted
+ * on stderr as it happens ("stall", "reset").
  *
  * With --listen port 0 (the default) the kernel picks the port, and the
  * port the proxy listens on is printed on stdout, one line, once it
@@ -103,7 +115,15 @@ static uint64_t buffer_ns = 2000000; /* the link's buffer, in time */
  * sent the last byte queued on it. */
 static uint64_t links_free[2];
 static uint64_t rate_bps = 1000000000ull; /* bits per second, 0: no cap */
-static size_t queue_limit;                /* per direction */
+/* The flaky link's faults (0: none); last_release keeps each link's
+ * chunks in order under jitter. */
+static uint64_t jitter_ns, stall_every_ns, stall_ns, reset_every_ns;
+static uint64_t rate_low_bps, rate_period_ns;
+static uint64_t start_ns, next_stall_ns, stall_end_ns, next_reset_ns;
+static uint64_t last_release[2];
+static unsigned seed = 1;
+static unsigned long stalls, resets;
+static size_t queue_limit; /* per direction */
 static int verbose;
 static int epfd = -1, timerfd = -1;
 static struct addrinfo *upstream;
@@ -152,6 +172,18 @@ usage (FILE *f)
            "                            G (x1024; default: 2 x rate x "
            "delay, at\n"
            "                            least 4M)\n"
+           "      --jitter-ms MS        up to MS more delay, at random "
+           "(order kept)\n"
+           "      --stall-every S       every S seconds the link stalls "
+           "for\n"
+           "      --stall-ms MS         MS (nothing goes through)\n"
+           "      --reset-every S       every S seconds one connection is "
+           "reset\n"
+           "      --rate-low RATE       the rate in the second half of "
+           "every\n"
+           "      --rate-period S       S seconds\n"
+           "      --seed N              the random picks' seed (default "
+           "1)\n"
            "  -v, --verbose             log connections on stderr\n"
            "  -h, --help                this help\n");
 }
@@ -340,17 +372,50 @@ conn_free (struct conn *c)
   free (c);
 }
 
+/* The rate now: --rate-low for the second half of each --rate-period. */
+static uint64_t
+rate_now (uint64_t now)
+{
+  if (rate_period_ns == 0 || rate_bps == 0)
+    return rate_bps;
+  return (now - start_ns) % rate_period_ns >= rate_period_ns / 2 ? rate_low_bps
+                                                                 : rate_bps;
+}
+
 /* The link model: the chunk waits for the link, occupies it len / rate,
- * then travels delay_ns. */
+ * then travels delay_ns (plus up to jitter_ns, behind the chunk ahead). */
 static uint64_t
 release_time (int side, size_t len, uint64_t now)
 {
   uint64_t start = links_free[side] > now ? links_free[side] : now;
+  uint64_t rate = rate_now (now), r;
 
-  if (rate_bps != 0)
-    start += (uint64_t) len * 8 * NS / rate_bps;
+  if (rate != 0)
+    start += (uint64_t) len * 8 * NS / rate;
   links_free[side] = start;
-  return start + delay_ns;
+  r = start + delay_ns;
+  if (jitter_ns != 0)
+    r += (uint64_t) rand_r (&seed) % (jitter_ns + 1);
+  if (r < last_release[side])
+    r = last_release[side];
+  last_release[side] = r;
+  return r;
+}
+
+/* Whether the link stalls now (starting and ending stalls as due). */
+static bool
+stalled (uint64_t now)
+{
+  if (stall_every_ns == 0)
+    return false;
+  if (now >= next_stall_ns) {
+    stall_end_ns = next_stall_ns + stall_ns;
+    next_stall_ns += stall_every_ns;
+    stalls++;
+    fprintf (stderr, PROG ": stall %lu (%.0f ms)\n", stalls,
+             (double) stall_ns / 1e6);
+  }
+  return now < stall_end_ns;
 }
 
 /* Whether the link's buffer is full: more than buffer_ns of bytes wait to
@@ -420,7 +485,7 @@ dir_flush (struct conn *c, int side, uint64_t now)
   struct chunk *ch;
   ssize_t n;
 
-  if (d->blocked || (side == 0 && c->connecting))
+  if (d->blocked || (side == 0 && c->connecting) || stalled (now))
     return;
   while ((ch = d->head) != NULL && ch->release <= now) {
     n = send (to, ch->data + ch->off, ch->len - ch->off,
@@ -606,6 +671,34 @@ conn_event (struct conn *c, int side, uint32_t events)
 
 /* Flushes what is due everywhere, closes the finished connections, and
  * arms the timer at the next release. */
+/* Resets one connection, picked at random, when one is due. */
+static void
+maybe_reset (uint64_t now)
+{
+  struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+  unsigned n = 0, pick;
+  struct conn *c;
+
+  if (reset_every_ns == 0 || now < next_reset_ns)
+    return;
+  next_reset_ns = now + reset_every_ns;
+  for (c = conns; c != NULL; c = c->next)
+    n += !c->dead && !c->connecting;
+  if (n == 0)
+    return;
+  pick = (unsigned) rand_r (&seed) % n;
+  for (c = conns; c != NULL; c = c->next) {
+    if (c->dead || c->connecting || pick-- != 0)
+      continue;
+    for (int i = 0; i < 2; i++)
+      setsockopt (c->fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    resets++;
+    fprintf (stderr, PROG ": reset %lu: connection %u\n", resets, c->id);
+    conn_kill (c, "reset on purpose", 0);
+    return;
+  }
+}
+
 static void
 service (void)
 {
@@ -616,6 +709,14 @@ service (void)
   struct dir *d;
   int i;
 
+  maybe_reset (now);
+  if (reset_every_ns != 0)
+    next = next_reset_ns;
+  if (stall_every_ns != 0) {
+    t = stalled (now) ? stall_end_ns : next_stall_ns;
+    if (t < next)
+      next = t;
+  }
   for (pp = &conns; (c = *pp) != NULL;) {
     for (i = 0; i < 2 && !c->dead; i++)
       dir_flush (c, i, now);
@@ -642,6 +743,8 @@ service (void)
         t = d->eof_at;
       else
         continue;
+      if (t < now && stalled (now))
+        t = stall_end_ns;
       if (t < next)
         next = t;
     }
@@ -658,6 +761,18 @@ service (void)
   armed = next;
 }
 
+/* A time option in units of unit ms (decimals allowed), as ns. */
+static uint64_t
+ms_option (const char *name, const char *arg, double unit)
+{
+  const char *u;
+  double v;
+
+  if (parse_number (arg, &v, &u) == -1 || *u != '\0' || v * unit > 3.6e6)
+    die ("%s: '%s': expected a number, 0 to %g", name, arg, 3.6e6 / unit);
+  return (uint64_t) (v * unit * 1e6 + 0.5);
+}
+
 /* The options: -1 to go on, else the exit status. */
 static int
 parse_options (int argc, char *argv[], const char **listen_arg,
@@ -670,6 +785,13 @@ parse_options (int argc, char *argv[], const char **listen_arg,
     { "rate", required_argument, NULL, 'r' },
     { "queue", required_argument, NULL, 'q' },
     { "buffer-ms", required_argument, NULL, 'b' },
+    { "jitter-ms", required_argument, NULL, 'J' },
+    { "stall-every", required_argument, NULL, 'S' },
+    { "stall-ms", required_argument, NULL, 'T' },
+    { "reset-every", required_argument, NULL, 'R' },
+    { "rate-low", required_argument, NULL, 'L' },
+    { "rate-period", required_argument, NULL, 'P' },
+    { "seed", required_argument, NULL, 'E' },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
@@ -678,7 +800,9 @@ parse_options (int argc, char *argv[], const char **listen_arg,
   double ms, bdp;
   int c;
 
-  while ((c = getopt_long (argc, argv, "u:l:d:r:q:b:vh", opts, NULL)) != -1) {
+  while (
+      (c = getopt_long (argc, argv, "u:l:d:r:q:b:vhJ:S:T:R:L:P:E:", opts, NULL))
+      != -1) {
     switch (c) {
     case 'u':
       *upstream_arg = optarg;
@@ -708,6 +832,28 @@ parse_options (int argc, char *argv[], const char **listen_arg,
       if (parse_size (optarg, &queue_limit) == -1)
         die ("--queue: '%s': expected bytes, 64k to 1T, such as 8M", optarg);
       break;
+    case 'J':
+      jitter_ns = ms_option ("--jitter-ms", optarg, 1);
+      break;
+    case 'T':
+      stall_ns = ms_option ("--stall-ms", optarg, 1);
+      break;
+    case 'S':
+      stall_every_ns = ms_option ("--stall-every", optarg, 1000);
+      break;
+    case 'R':
+      reset_every_ns = ms_option ("--reset-every", optarg, 1000);
+      break;
+    case 'P':
+      rate_period_ns = ms_option ("--rate-period", optarg, 1000);
+      break;
+    case 'L':
+      if (parse_rate (optarg, &rate_low_bps) == -1 || rate_low_bps == 0)
+        die ("--rate-low: '%s': expected a rate such as 10M", optarg);
+      break;
+    case 'E':
+      seed = (unsigned) strtoul (optarg, NULL, 10);
+      break;
     case 'v':
       verbose = 1;
       break;
@@ -721,6 +867,12 @@ parse_options (int argc, char *argv[], const char **listen_arg,
   }
   if (optind < argc)
     die ("unexpected argument '%s' (see --help)", argv[optind]);
+  if ((stall_every_ns != 0) != (stall_ns != 0))
+    die ("--stall-every and --stall-ms go together");
+  if (stall_every_ns != 0 && stall_ns >= stall_every_ns)
+    die ("--stall-ms must be shorter than --stall-every");
+  if ((rate_period_ns != 0) != (rate_low_bps != 0))
+    die ("--rate-low and --rate-period go together");
   if (*upstream_arg == NULL)
     die ("--upstream HOST:PORT is required (see --help)");
   if (queue_limit == 0) {
@@ -790,6 +942,9 @@ main (int argc, char *argv[])
   if (epoll_ctl (epfd, EPOLL_CTL_ADD, timerfd, &ev) == -1)
     die ("epoll_ctl: %m");
 
+  start_ns = now_ns ();
+  next_stall_ns = start_ns + stall_every_ns;
+  next_reset_ns = start_ns + reset_every_ns;
   printf ("%s\n", port);
   if (fflush (stdout) == EOF)
     die ("stdout: %m");
