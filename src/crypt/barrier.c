@@ -112,13 +112,24 @@ lg_barrier_flush (struct lg_barrier *b)
   return lg_barrier_wait (b, atomic_fetch_add (&b->gen, 1) + 1);
 }
 
-void
+bool
 lg_barrier_login (struct lg_barrier *b)
 {
+  bool unstable;
+
   pthread_mutex_lock (&b->lock);
   atomic_fetch_add (&b->epoch, 1);
-  if (b->durable < atomic_load (&b->acked) || atomic_load (&b->inflight) > 0)
-    b->lost = true;
+  unstable
+      = b->durable < atomic_load (&b->acked) || atomic_load (&b->inflight) > 0;
+  pthread_mutex_unlock (&b->lock);
+  return unstable;
+}
+
+void
+lg_barrier_set_lost (struct lg_barrier *b)
+{
+  pthread_mutex_lock (&b->lock);
+  b->lost = true;
   pthread_mutex_unlock (&b->lock);
 }
 

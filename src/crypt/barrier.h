@@ -60,9 +60,13 @@ int lg_barrier_wait (struct lg_barrier *b, uint64_t g);
 /* Everything completed so far is stable: a flush that began now. */
 int lg_barrier_flush (struct lg_barrier *b);
 
-/* The lower device logged in again.  Writes not yet stable then may have
- * been lost with the target's cache: lg_barrier_lost says so once. */
-void lg_barrier_login (struct lg_barrier *b);
+/* The lower device logged in again: a new epoch.  True when writes were
+ * not yet stable then: unless the target kept its state, they may have
+ * been lost with its cache (lg_barrier_set_lost). */
+bool lg_barrier_login (struct lg_barrier *b);
+
+/* Writes may have been lost: lg_barrier_lost says so once. */
+void lg_barrier_set_lost (struct lg_barrier *b);
 
 /* Whether writes were perhaps lost at a login since the last call. */
 bool lg_barrier_lost (struct lg_barrier *b);

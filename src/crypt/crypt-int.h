@@ -219,7 +219,7 @@ int lgc_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags);
 /* ---- crypt.c ---- */
 
 int lgc_lower_check (struct cdev *x);
-void lgc_after_login (struct cdev *x);
+bool lgc_after_login (struct cdev *x);
 int lgc_set_dirty (struct cdev *x, bool dirty);
 
 #endif

@@ -129,15 +129,19 @@ header_is_ours (struct cdev *x, char *why, size_t len)
 /* The lower device logged in again.  Over a volatile cache the target may
  * have lost power: what this session knows of the current slots may name
  * data its cache lost.  As after a failed write, each first write to a
- * unit reads it again, and the volume stays dirty; writes not yet stable
- * may be gone, which the next flush reports (lg_barrier_login). */
-void
+ * unit reads it again, and the volume stays dirty.  True when writes were
+ * not yet stable: they may be gone, which the next flush reports, unless
+ * the reattach shows that the target kept its state (cdev_reattach). */
+bool
 lgc_after_login (struct cdev *x)
 {
+  bool unstable;
+
   if (!x->ordered)
-    return;
-  lg_barrier_login (&x->bar);
+    return false;
+  unstable = lg_barrier_login (&x->bar);
   lgc_write_failed (x);
+  return unstable;
 }
 
 /* The crypt layer's part of the reattach lifecycle (lg_dev_reattach): a
@@ -145,16 +149,34 @@ lgc_after_login (struct cdev *x)
  * until this says the LUN still holds this volume.  The header first (a
  * volume replaced by another is named better than by the blocks the
  * device below last wrote), then the layer below. */
+static int reattach_checks (struct cdev *x, struct lg_dev_reader *r);
+
 static int
 cdev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
 {
   struct cdev *x = to_cdev (d);
-  char why[160];
-  int ours, lower;
+  bool unstable;
+  int ret;
 
   if (atomic_load (&x->replaced))
     return -1;
-  lgc_after_login (x);
+  unstable = lgc_after_login (x);
+  r->target_kept = false;
+  ret = reattach_checks (x, r);
+  /* A connection lost with the target still up (its reservation kept
+   * shows it) loses nothing from its cache; a restart may have. */
+  if (unstable && !(ret == 0 && r->target_kept))
+    lg_barrier_set_lost (&x->bar);
+  return ret;
+}
+
+/* The header, then the layer below. */
+static int
+reattach_checks (struct cdev *x, struct lg_dev_reader *r)
+{
+  char why[160];
+  int ours, lower;
+
   ours = header_check (x, r, why, sizeof why);
   if (ours == 0) {
     if (!atomic_exchange (&x->replaced, true))

@@ -37,6 +37,12 @@ struct lg_dev;
  * that logged in (lg_dev_reattach). */
 struct lg_dev_reader {
   int (*pread) (struct lg_dev_reader *r, void *buf, size_t count, uint64_t off);
+  /* Set by the bottom of the stack during the reattach: the target kept
+   * its state across this login (this gateway's persistent reservation,
+   * registered without APTPL, was still there), so it did not restart,
+   * and a volatile cache did not lose what it held.  False when not
+   * known. */
+  bool target_kept;
 };
 
 /* What the transport under a device went through. */

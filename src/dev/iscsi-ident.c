@@ -306,7 +306,7 @@ known_read (void *opaque, uint64_t lba, uint8_t *buf)
 static int
 known_check (struct idev *x, struct lg_session *s, char *msg, size_t len)
 {
-  struct sreader r = { { sreader_pread }, x, s };
+  struct sreader r = { { sreader_pread, false }, x, s };
   unsigned checked;
   int k;
 
@@ -334,7 +334,7 @@ int
 idev_check_after_login (void *opaque, struct lg_session *s, int lun)
 {
   struct idev *x = opaque;
-  struct sreader r = { { sreader_pread }, x, s };
+  struct sreader r = { { sreader_pread, false }, x, s };
   int ret;
 
   (void) lun;
@@ -418,7 +418,7 @@ idev_reattach (struct lg_dev *d, struct lg_dev_reader *rd)
     gone_after_login (x, err);
     return -1;
   }
-  if ((u = lg_reserve_after_login (x->res, r->s)) < 0)
+  if ((u = lg_reserve_after_login (x->res, r->s, &rd->target_kept)) < 0)
     return u;
   /* Writes held across the outage passed idev_refused before it: the
    * session fails them now. */

@@ -57,6 +57,14 @@ struct lg_reserve {
    * (taken_meanwhile). */
   _Atomic uint32_t gen_seen;
   atomic_bool gen_known;
+  /* Times the target was found to have forgotten the reservation (it
+   * restarted, or the LUN was reconfigured), counted before it is
+   * reserved again; and by session index, that count at the session's
+   * last login check.  A session that finds the reservation in place
+   * learns that the target kept its state only if no other session saw
+   * it forgotten since (lg_reserve_after_login's kept). */
+  atomic_uint forgets;
+  atomic_uint forgets_seen[LG_POOL_MAX];
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -768,6 +776,7 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
   char msg[256];
   struct lg_pr_state st;
 
+  atomic_fetch_add (&r->forgets, 1);
   if (lg_pr_register (io, r->lun, r->key, msg, sizeof msg) < 0
       || lg_pr_reserve (io, r->lun, r->key, msg, sizeof msg) < 0) {
     int e = errno;
@@ -802,12 +811,24 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
   return 0;
 }
 
-static int after_login (struct lg_reserve *r, struct lg_session *s);
+static int after_login (struct lg_reserve *r, struct lg_session *s, bool *kept);
 
 int
-lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s)
+lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s, bool *kept)
 {
-  int ret = after_login (r, s);
+  int i = lg_pool_index (r->p, s), ret;
+  unsigned before = 0;
+
+  *kept = false;
+  if (i >= 0 && i < LG_POOL_MAX)
+    before = atomic_load (&r->forgets_seen[i]);
+  ret = after_login (r, s, kept);
+  /* Another session found it forgotten since this one's last check: the
+   * reservation in place is the one it made again. */
+  if (i < 0 || i >= LG_POOL_MAX || atomic_load (&r->forgets) != before)
+    *kept = false;
+  if (i >= 0 && i < LG_POOL_MAX)
+    atomic_store (&r->forgets_seen[i], atomic_load (&r->forgets));
 
   if (ret < 0)
     lg_reserve_unsure (r);
@@ -869,7 +890,7 @@ out:
 }
 
 static int
-after_login (struct lg_reserve *r, struct lg_session *s)
+after_login (struct lg_reserve *r, struct lg_session *s, bool *kept)
 {
   struct lg_lun_io io = { session_task, s, lg_pool_target (r->p) };
   struct lg_pr_state st;
@@ -901,6 +922,11 @@ after_login (struct lg_reserve *r, struct lg_session *s)
       lg_warn ("%s: registering again after the login: %s", r->name, msg);
       return -2;
     }
+    /* Held by this gateway, with a generation no lower than seen: the
+     * target kept what it knew (a restart forgets a reservation made
+     * without APTPL, and sets the generation back to 0). */
+    *kept = m == MODE_HELD && st.reserved
+        && st.generation >= atomic_load (&r->gen_seen);
     return 0;
   }
   lg_pr_describe (&st, msg, sizeof msg);
@@ -940,6 +966,7 @@ recheck_locked (struct lg_reserve *r)
               "another initiator took the LUN and released it (the PR "
               "generation went up)");
   else if (!st.reserved) {
+    atomic_fetch_add (&r->forgets, 1);
     if (register_all (r, msg, sizeof msg) == 0
         && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0) {
       lg_warn ("%s: the target had forgotten the reservation (the LUN was "

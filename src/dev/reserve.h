@@ -53,8 +53,11 @@ int lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr,
 int lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen);
 
 /* After a login of s: 0, or -2 when the reservation could not be checked
- * (what s held for the LUN fails). */
-int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s);
+ * (what s held for the LUN fails).  *kept: this gateway's reservation
+ * was found still in place (the target did not restart: it would have
+ * forgotten it). */
+int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s,
+                            bool *kept);
 
 /* A login's check of the LUN could not finish: before the next write,
  * every session registers again (lg_reserve_refuses does). */

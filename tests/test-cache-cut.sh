@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A flush after a login, over a volatile write cache (tgtd under
+# faultio's cache), plain and on a volume, through the plugin:
+#  - the connection cut, the target still up (a Wi-Fi reset): the
+#    target kept its cache, and this gateway's reservation shows it; the
+#    flush succeeds and the write is there.  (On a volume the flush
+#    failed with EIO after every such cut: "the target logged in again
+#    before writes it had acknowledged were flushed", which made every
+#    fsync over a flaky link fail.)
+#  - the target killed and started again (a power cut): the unflushed
+#    write is gone, and the next flush must not say it is stable.
+FAULTIO_CACHE=lun-
+export FAULTIO_CACHE
+. "${srcdir:-.}/functions-fault.sh"
+require_lungate_plugin
+require_nbd_python
+fault_tgt_start
+t=iqn.2026-12.org.lungate:cachecut
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_add_lun 1 2 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t"
+key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
+"$LUNGATE" format --lazy --key-file "$key" "$url/2" >/dev/null || fail "format LUN 2"
+
+# io GW OPS...: through gateway GW, each of wUNIT:BYTE (write 4 KiB),
+# f (flush, printing ok or its errno), rUNIT (print the first byte).
+io ()
+{
+  env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "${@:2}" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+out = []
+for op in sys.argv[2:]:
+    try:
+        if op[0] == "w":
+            u, b = op[1:].split(":")
+            h.pwrite(bytes([int(b)]) * 4096, int(u) * 4096)
+        elif op == "f":
+            h.flush(); out.append("ok")
+        else:
+            out.append(str(h.pread(4096, int(op[1:]) * 4096)[0]))
+    except nbd.Error as e:
+        out.append("errno%s" % e.errno)
+print(" ".join(out))
+PY
+}
+
+for lun in 1 2; do
+  kind=plain; k=(); [ $lun = 2 ] && { kind=volume; k=("key-file=$key"); }
+  nbd_gw "g$lun" "url=$url/$lun" connections=1 timeout=60 "${k[@]}"
+  # The cut: written, not flushed, the connection reset.
+  got=$(io "g$lun" w6:102 f w7:103) || fail "$kind: writes"
+  [ "$got" = ok ] || fail "$kind: writes: $got"
+  fault_cut_conns "${NBD_GW[g$lun]}"
+  got=$(io "g$lun" f r7 f)
+  echo "$kind, after a cut: flush, read, flush: $got"
+  [ "$got" = "ok 103 ok" ] || { cat "$TGT_DIR/g$lun.log"
+    fail "$kind: after a connection cut with the target up: '$got', expected 'ok 103 ok'"; }
+  grep -q "may be lost" "$TGT_DIR/g$lun.log" && { cat "$TGT_DIR/g$lun.log"
+    fail "$kind: a connection cut was taken for a lost cache"; }
+
+  # The power cut: written, not flushed, the target killed.
+  got=$(io "g$lun" w8:104) || fail "$kind: write"
+  tgt_kill
+  tgt_restart
+  got=$(io "g$lun" f)
+  echo "$kind, after a power cut: flush: $got"
+  [ "$got" = ok ] && { cat "$TGT_DIR/g$lun.log"
+    fail "$kind: the flush after a power cut succeeded: a lost write was taken for stable"; }
+  kill "${NBD_GW[g$lun]}"
+done
+echo "test-cache-cut: ok"
