@@ -84,6 +84,7 @@ done
 stalls=$(grep -c ': stall ' "$TGT_DIR/proxy.log")
 resets=$(grep -c ': reset ' "$TGT_DIR/proxy.log")
 echo "  the link stalled $stalls times and reset $resets connections"
-[ "$stalls" -ge 2 ] && [ "$resets" -ge 2 ] \
-  || fail "the link's faults did not happen (stalls $stalls, resets $resets): the test proves nothing"
+if [ "$stalls" -lt 2 ] || [ "$resets" -lt 2 ]; then
+  fail "the link's faults did not happen (stalls $stalls, resets $resets): the test proves nothing"
+fi
 echo "test-flaky-link: ok"
