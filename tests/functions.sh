@@ -537,6 +537,32 @@ tgt_restart ()
   fi
 }
 
+# file_holder FILE BLK: in the background, a process that writes BLK at
+# the start of FILE, says "written", keeps FILE open until SIGTERM, then
+# closes it and says "closed after S s" or "close failed after S s:
+# ERROR" (on stdout; its pid in $!).  Call it in the test's own shell.
+file_holder ()
+{
+  python3 -c '
+import os, signal, sys, time
+def stop(*_):
+    raise KeyboardInterrupt
+signal.signal(signal.SIGTERM, stop)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.pwrite(fd, open(sys.argv[2], "rb").read(), 0)
+sys.stdout.write("written\n"); sys.stdout.flush()
+try:
+    time.sleep(3600)
+except KeyboardInterrupt:
+    pass
+t = time.monotonic()
+try:
+    os.close(fd)
+    print("closed after %.1f s" % (time.monotonic() - t))
+except OSError as e:
+    print("close failed after %.1f s: %s" % (time.monotonic() - t, e))' "$1" "$2" &
+}
+
 # delay_proxy_start ARGS...: tests/tools/delay-proxy between the gateway
 # and tgtd (--upstream $TGT_PORTAL, then ARGS: --delay-ms, --rate ...),
 # killed at exit; its port in DELAY_PORT, its pid in DELAY_PID, its log

@@ -107,29 +107,9 @@ cmp -n 4096 "$TGT_DIR/blk" "$(tgt_lun_file 1 1)" \
   || fail "the write of the file open across the lazy unmount did not reach the LUN"
 grep -q "No such file" "$TGT_DIR/lazy.log" && { cat "$TGT_DIR/lazy.log"; fail "ENOENT logged after the lazy unmount"; }
 
-# (The hostile review of c90c142.)  holder DIR BLK: a process that writes
-# BLK at the start of DIR/lun1 and keeps the file open until SIGTERM.
-holder ()
-{
-  python3 -c '
-import os, signal, sys, time
-def stop(*_):
-    raise KeyboardInterrupt
-signal.signal(signal.SIGTERM, stop)
-fd = os.open(sys.argv[1], os.O_WRONLY)
-os.pwrite(fd, open(sys.argv[2], "rb").read(), 0)
-sys.stdout.write("written\n"); sys.stdout.flush()
-try:
-    time.sleep(3600)
-except KeyboardInterrupt:
-    pass
-t = time.monotonic()
-try:
-    os.close(fd)
-    print("closed after %.1f s" % (time.monotonic() - t))
-except OSError as e:
-    print("close failed after %.1f s: %s" % (time.monotonic() - t, e))' "$1/lun1" "$2" &
-}
+# (The hostile review of c90c142.)  holder DIR BLK: file_holder on
+# DIR/lun1.
+holder () { file_holder "$1/lun1" "$2"; }
 
 # A detached mount keeps its own outage budget (--io-timeout), not the
 # 10 s of a stop: the target away 15 s while the open file is closed
