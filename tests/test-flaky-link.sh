@@ -22,7 +22,8 @@ tgt_start
 t=iqn.2026-12.org.lungate:flaky
 tgt_add_target 1 "$t"
 tgt_add_lun 1 1 $((mb + 8))M
-tgt_add_lun 1 2 $((mb + 16))M
+# The volume keeps 2 slots of metadata per 4 KiB unit: room for them.
+tgt_add_lun 1 2 $((mb + mb / 16 + 16))M
 tgt_allow 1 ALL
 key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --lazy --key-file "$key" "iscsi://$TGT_PORTAL/$t/2" >/dev/null \
