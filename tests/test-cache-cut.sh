@@ -9,7 +9,10 @@
 #    before writes it had acknowledged were flushed", which made every
 #    fsync over a flaky link fail.)
 #  - the target killed and started again (a power cut): the unflushed
-#    write is gone, and the next flush must not say it is stable.
+#    write is gone, and the next flush must not say it is stable.  On a
+#    plain LUN also when the lost write kept the first 512 bytes of what
+#    it overwrote (the read-back of known.h sees only those): the flush
+#    said ok, and the unit was back to its old data (helper-26).
 FAULTIO_CACHE=lun-
 export FAULTIO_CACHE
 . "${srcdir:-.}/functions-fault.sh"
@@ -26,7 +29,8 @@ key="$TGT_DIR/key"; head -c 32 /dev/urandom >"$key"
 "$LUNGATE" format --lazy --key-file "$key" "$url/2" >/dev/null || fail "format LUN 2"
 
 # io GW OPS...: through gateway GW, each of wUNIT:BYTE (write 4 KiB),
-# f (flush, printing ok or its errno), rUNIT (print the first byte).
+# hUNIT:BYTE (write 4 KiB: 512 zero bytes, then BYTE), f (flush, printing
+# ok or its errno), rUNIT (print the first byte), RUNIT (print byte 1024).
 io ()
 {
   env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/$1.sock" "${@:2}" <<'PY'
@@ -35,11 +39,16 @@ h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
 out = []
 for op in sys.argv[2:]:
     try:
-        if op[0] == "w":
+        if op[0] in "wh":
             u, b = op[1:].split(":")
-            h.pwrite(bytes([int(b)]) * 4096, int(u) * 4096)
+            d = bytes([int(b)]) * 4096
+            if op[0] == "h":
+                d = bytes(512) + d[512:]
+            h.pwrite(d, int(u) * 4096)
         elif op == "f":
             h.flush(); out.append("ok")
+        elif op[0] == "R":
+            out.append(str(h.pread(4096, int(op[1:]) * 4096)[1024]))
         else:
             out.append(str(h.pread(4096, int(op[1:]) * 4096)[0]))
     except nbd.Error as e:
@@ -62,14 +71,22 @@ for lun in 1 2; do
   grep -q "may be lost" "$TGT_DIR/g$lun.log" && { cat "$TGT_DIR/g$lun.log"
     fail "$kind: a connection cut was taken for a lost cache"; }
 
-  # The power cut: written, not flushed, the target killed.
-  got=$(io "g$lun" w8:104) || fail "$kind: write"
+  # The power cut: written, not flushed, the target killed; unit 9's
+  # first 512 bytes the same before and after.
+  got=$(io "g$lun" h9:50 f h9:105) || fail "$kind: write"
+  [ "$got" = ok ] || fail "$kind: writes: $got"
   tgt_kill
   tgt_restart
   got=$(io "g$lun" f)
   echo "$kind, after a power cut: flush: $got"
   [ "$got" = ok ] && { cat "$TGT_DIR/g$lun.log"
     fail "$kind: the flush after a power cut succeeded: a lost write was taken for stable"; }
+  if [ $lun = 1 ]; then
+    # The first flush said so; the LUN is readable (not refused).
+    got=$(io "g$lun" f R9)
+    [ "$got" = "ok 50" ] || { cat "$TGT_DIR/g$lun.log"
+      fail "$kind: after the failed flush: '$got', expected 'ok 50' (the old unit 9)"; }
+  fi
   kill "${NBD_GW[g$lun]}"
 done
 echo "test-cache-cut: ok"

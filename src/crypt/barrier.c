@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <unistd.h>
 
 #include "crypt/barrier.h"
 
@@ -19,6 +20,7 @@ lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower)
   atomic_init (&b->acked, 0);
   atomic_init (&b->inflight, 0);
   atomic_init (&b->epoch, 0);
+  atomic_init (&b->checking, 0);
   b->durable = 0;
   b->flushing = false;
   b->lost = false;
@@ -119,6 +121,7 @@ lg_barrier_login (struct lg_barrier *b)
 
   pthread_mutex_lock (&b->lock);
   atomic_fetch_add (&b->epoch, 1);
+  atomic_fetch_add (&b->checking, 1);
   unstable
       = b->durable < atomic_load (&b->acked) || atomic_load (&b->inflight) > 0;
   pthread_mutex_unlock (&b->lock);
@@ -126,10 +129,12 @@ lg_barrier_login (struct lg_barrier *b)
 }
 
 void
-lg_barrier_set_lost (struct lg_barrier *b)
+lg_barrier_checked (struct lg_barrier *b, bool lost)
 {
   pthread_mutex_lock (&b->lock);
-  b->lost = true;
+  if (lost)
+    b->lost = true;
+  atomic_fetch_sub (&b->checking, 1);
   pthread_mutex_unlock (&b->lock);
 }
 
@@ -138,6 +143,18 @@ lg_barrier_lost (struct lg_barrier *b)
 {
   bool r;
 
+  /* A login being checked may be the one that finds the target
+   * restarted: its word first (a check that takes 30 s counts as a
+   * loss). */
+  for (int ms = 0; atomic_load (&b->checking) > 0; ms++) {
+    if (ms == 30000) {
+      pthread_mutex_lock (&b->lock);
+      b->lost = true;
+      pthread_mutex_unlock (&b->lock);
+      break;
+    }
+    usleep (1000);
+  }
   pthread_mutex_lock (&b->lock);
   r = b->lost;
   b->lost = false;

@@ -34,8 +34,9 @@ struct lg_barrier {
   atomic_uint_fast64_t epoch; /* logins of the lower device */
   uint64_t durable;           /* every write up to this gen is stable */
   bool flushing;
-  bool lost;        /* a login came while writes were not yet stable */
-  uint64_t flushes; /* flushes sent (for tests and the stats) */
+  bool lost;            /* a login came while writes were not yet stable */
+  atomic_uint checking; /* logins being checked (lg_barrier_login) */
+  uint64_t flushes;     /* flushes sent (for tests and the stats) */
 };
 
 void lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower);
@@ -60,15 +61,19 @@ int lg_barrier_wait (struct lg_barrier *b, uint64_t g);
 /* Everything completed so far is stable: a flush that began now. */
 int lg_barrier_flush (struct lg_barrier *b);
 
-/* The lower device logged in again: a new epoch.  True when writes were
- * not yet stable then: unless the target kept its state, they may have
- * been lost with its cache (lg_barrier_set_lost). */
+/* The lower device logged in again: a new epoch, and a login being
+ * checked until lg_barrier_checked.  True when writes were not yet
+ * stable then: unless the target kept its state, they may have been
+ * lost with its cache. */
 bool lg_barrier_login (struct lg_barrier *b);
 
-/* Writes may have been lost: lg_barrier_lost says so once. */
-void lg_barrier_set_lost (struct lg_barrier *b);
+/* The login's check is over; lost: writes may have been lost, which
+ * lg_barrier_lost says once. */
+void lg_barrier_checked (struct lg_barrier *b, bool lost);
 
-/* Whether writes were perhaps lost at a login since the last call. */
+/* Whether writes were perhaps lost at a login since the last call; a
+ * login being checked is waited for first (up to 30 s, then it counts
+ * as a loss), as it may be the one that finds the target restarted. */
 bool lg_barrier_lost (struct lg_barrier *b);
 
 static inline uint64_t

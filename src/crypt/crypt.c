@@ -165,8 +165,8 @@ cdev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
   ret = reattach_checks (x, r);
   /* A connection lost with the target still up (its reservation kept
    * shows it) loses nothing from its cache; a restart may have. */
-  if (unstable && !(ret == 0 && r->target_kept))
-    lg_barrier_set_lost (&x->bar);
+  if (x->ordered)
+    lg_barrier_checked (&x->bar, unstable && !(ret == 0 && r->target_kept));
   return ret;
 }
 

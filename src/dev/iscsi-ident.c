@@ -289,6 +289,7 @@ idev_set_top (struct lg_dev *d, struct lg_dev *top)
 
   pthread_mutex_lock (&x->top_lock);
   x->top = top;
+  atomic_store (&x->stacked, top != NULL);
   pthread_mutex_unlock (&x->top_lock);
   return 0;
 }
@@ -335,13 +336,25 @@ idev_check_after_login (void *opaque, struct lg_session *s, int lun)
 {
   struct idev *x = opaque;
   struct sreader r = { { sreader_pread, false }, x, s };
+  bool plain, unstable = false;
   int ret;
 
   (void) lun;
   if (atomic_load (&x->gone))
     return -1;
   pthread_mutex_lock (&x->top_lock);
+  /* A plain LUN: writes not yet flushed now are lost if the target
+   * restarted (a volume's crypt layer decides for itself). */
+  if ((plain = x->top == NULL)) {
+    atomic_fetch_add (&x->vc_checking, 1);
+    unstable = idev_vc_unstable (x);
+  }
   ret = lg_dev_reattach (x->top ? x->top : &x->dev, &r.r);
+  if (plain) {
+    if (unstable && !(ret == 0 && r.r.target_kept))
+      atomic_store (&x->vc_lost, true);
+    atomic_fetch_sub (&x->vc_checking, 1);
+  }
   pthread_mutex_unlock (&x->top_lock);
   if (ret == -1) {
     /* A layer above found another volume here (and said so): nothing

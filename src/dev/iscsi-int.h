@@ -83,6 +83,16 @@ struct idev {
    * claim on, checked after every login while the LUN is held. */
   struct lg_known *known;
   atomic_bool known_on;
+  /* What a restart of the target may have lost from a volatile cache,
+   * for a LUN served plain (no layer above: stacked false; a volume's
+   * crypt layer keeps its own, crypt/barrier.h): writes started and
+   * completed (every write, trim, zero), vc_done when the last flush
+   * that succeeded began, the logins being checked now, and whether
+   * one of them may have lost writes (the next flush says so, once). */
+  atomic_bool stacked;
+  atomic_uint vc_inflight, vc_checking;
+  atomic_uint_fast64_t vc_done, vc_durable;
+  atomic_bool vc_lost;
   pthread_mutex_t stripe_lock;
   pthread_cond_t stripe_cond;
   struct stripe rmw[RMW_STRIPES];
@@ -98,6 +108,9 @@ to_idev (struct lg_dev *d)
 int idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
                      uint64_t nblocks);
 int idev_flush (struct lg_dev *d);
+void idev_vc_begin (struct idev *x);
+void idev_vc_end (struct idev *x);
+bool idev_vc_unstable (struct idev *x);
 int idev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
                         size_t count, uint64_t off);
 int idev_extents (struct lg_dev *d, uint64_t count, uint64_t off,

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "dev/iscsi-int.h"
@@ -109,6 +110,32 @@ rmw_exit (struct idev *x, struct stripe *s)
   s->serving++;
   pthread_cond_broadcast (&x->stripe_cond);
   pthread_mutex_unlock (&x->stripe_lock);
+}
+
+/* ---- a volatile cache, for a plain LUN (idev.vc_*) ---- */
+
+void
+idev_vc_begin (struct idev *x)
+{
+  atomic_fetch_add (&x->vc_inflight, 1);
+}
+
+void
+idev_vc_end (struct idev *x)
+{
+  /* Counted done before it leaves inflight: a login's check that sees
+   * neither is not possible. */
+  atomic_fetch_add (&x->vc_done, 1);
+  atomic_fetch_sub (&x->vc_inflight, 1);
+}
+
+/* Whether writes were acknowledged, or sent, since the last flush. */
+bool
+idev_vc_unstable (struct idev *x)
+{
+  return x->dev.volatile_cache
+      && (atomic_load (&x->vc_inflight) > 0
+          || atomic_load (&x->vc_durable) < atomic_load (&x->vc_done));
 }
 
 /* Known blocks (known.h): a write's token, 0 when not tracked. */
@@ -204,8 +231,10 @@ rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
         lg_waiter_done (&w);
         continue;
       }
-      if (write)
+      if (write) {
         q->known = known_begin (x, q->lba, q->nblocks, q->cmd.iov.iov_base);
+        idev_vc_begin (x);
+      }
       lg_pool_submit (x->pool, &q->cmd);
     }
   lg_waiter_wait (&w);
@@ -218,6 +247,8 @@ rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
             == 0;
 
     known_end (x, p[i].known, ok);
+    if (write && p[i].cmd.task != NULL)
+      idev_vc_end (x);
     if (r == 0 && !ok)
       r = idev_cmd_failed (x, &p[i].cmd, p[i].lba, p[i].nblocks);
     scsi_free_scsi_task (p[i].cmd.task);
@@ -239,6 +270,7 @@ struct abatch {
   lg_dev_done_fn *done;
   void *opaque;
   uint64_t stripes; /* a write's (idev_span_enter), left at its completion */
+  bool write;
   unsigned n;
   struct pending p[];
 };
@@ -256,6 +288,8 @@ abatch_done (void *opaque)
         == 0;
 
     known_end (b->x, b->p[i].known, ok);
+    if (b->write)
+      idev_vc_end (b->x);
     if (err == 0 && !ok) {
       idev_cmd_failed (b->x, &b->p[i].cmd, b->p[i].lba, b->p[i].nblocks);
       err = errno;
@@ -295,6 +329,7 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   b->x = x;
   b->done = done;
   b->opaque = opaque;
+  b->write = write;
   b->n = n;
   for (unsigned i = 0; i < n; i++) {
     struct pending *q = &b->p[i];
@@ -329,9 +364,11 @@ idev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   if (write)
     b->stripes = idev_span_enter (x, lba, nblocks);
   for (unsigned i = 0; i < n; i++) {
-    if (write)
+    if (write) {
       b->p[i].known = known_begin (x, b->p[i].lba, b->p[i].nblocks,
                                    b->p[i].cmd.iov.iov_base);
+      idev_vc_begin (x);
+    }
     lg_pool_submit (x->pool, &b->p[i].cmd);
   }
   return 0;
@@ -379,6 +416,7 @@ int
 idev_flush (struct lg_dev *d)
 {
   struct idev *x = to_idev (d);
+  uint64_t done = atomic_load (&x->vc_done), was;
   struct lg_cmd cmd;
   int r = 0;
 
@@ -395,7 +433,43 @@ idev_flush (struct lg_dev *d)
   if (lg_scsi_errno (cmd.status, cmd.sense.key, cmd.sense.ascq) != 0)
     r = idev_cmd_failed (x, &cmd, 0, x->info.nblocks);
   scsi_free_scsi_task (cmd.task);
+  /* Everything completed before it began is stable now. */
+  was = atomic_load (&x->vc_durable);
+  while (r == 0 && was < done
+         && !atomic_compare_exchange_weak (&x->vc_durable, &was, done))
+    ;
   return r;
+}
+
+/* A client's flush of a plain LUN: also fails, once, when a login since
+ * the last one found that the target may have lost acknowledged writes
+ * (it restarted, its cache volatile: idev_check_after_login).  A login
+ * being checked now is waited for (up to 30 s; then it counts as such a
+ * loss), as it may be the one that finds the restart. */
+static int
+idev_flush_op (struct lg_dev *d)
+{
+  struct idev *x = to_idev (d);
+
+  if (idev_flush (d) < 0)
+    return -1;
+  if (atomic_load (&x->stacked))
+    return 0;
+  for (int ms = 0; atomic_load (&x->vc_checking) > 0; ms++) {
+    if (ms == 30000) {
+      atomic_store (&x->vc_lost, true);
+      break;
+    }
+    usleep (1000);
+  }
+  if (!atomic_exchange (&x->vc_lost, false))
+    return 0;
+  lg_error ("%s: the target logged in again, and may have restarted, "
+            "before writes it had acknowledged were flushed: they may be "
+            "lost (a power cut of a volatile write cache)",
+            d->name);
+  errno = EIO;
+  return -1;
 }
 
 static int
@@ -568,8 +642,12 @@ static int
 idev_trim_k (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   unsigned t = known_touch (to_idev (d), count, off);
-  int r = idev_trim (d, count, off, flags), e = errno;
+  int r, e;
 
+  idev_vc_begin (to_idev (d));
+  r = idev_trim (d, count, off, flags);
+  e = errno;
+  idev_vc_end (to_idev (d));
   known_end (to_idev (d), t, false);
   errno = e;
   return r;
@@ -579,8 +657,12 @@ static int
 idev_zero_k (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
 {
   unsigned t = known_touch (to_idev (d), count, off);
-  int r = idev_zero (d, count, off, flags), e = errno;
+  int r, e;
 
+  idev_vc_begin (to_idev (d));
+  r = idev_zero (d, count, off, flags);
+  e = errno;
+  idev_vc_end (to_idev (d));
   known_end (to_idev (d), t, false);
   errno = e;
   return r;
@@ -591,8 +673,12 @@ idev_compare_write_k (struct lg_dev *d, const void *expect, const void *buf,
                       size_t count, uint64_t off)
 {
   unsigned t = known_touch (to_idev (d), count, off);
-  int r = idev_compare_write (d, expect, buf, count, off), e = errno;
+  int r, e;
 
+  idev_vc_begin (to_idev (d));
+  r = idev_compare_write (d, expect, buf, count, off);
+  e = errno;
+  idev_vc_end (to_idev (d));
   known_end (to_idev (d), t, false);
   errno = e;
   return r;
@@ -610,7 +696,7 @@ static const struct lg_dev_ops idev_ops = {
   .compare_write = idev_compare_write_k,
   .claim = idev_claim,
   .revalidate = idev_revalidate,
-  .flush = idev_flush,
+  .flush = idev_flush_op,
   .trim = idev_trim_k,
   .zero = idev_zero_k,
   .extents = idev_extents,

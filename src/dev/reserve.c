@@ -57,14 +57,6 @@ struct lg_reserve {
    * (taken_meanwhile). */
   _Atomic uint32_t gen_seen;
   atomic_bool gen_known;
-  /* Times the target was found to have forgotten the reservation (it
-   * restarted, or the LUN was reconfigured), counted before it is
-   * reserved again; and by session index, that count at the session's
-   * last login check.  A session that finds the reservation in place
-   * learns that the target kept its state only if no other session saw
-   * it forgotten since (lg_reserve_after_login's kept). */
-  atomic_uint forgets;
-  atomic_uint forgets_seen[LG_POOL_MAX];
   pthread_mutex_t redo; /* one such registration at a time */
   pthread_mutex_t lock; /* msg, named */
   bool named;           /* the holder after the loss was asked for */
@@ -776,7 +768,6 @@ reserve_again (struct lg_reserve *r, struct lg_session *s,
   char msg[256];
   struct lg_pr_state st;
 
-  atomic_fetch_add (&r->forgets, 1);
   if (lg_pr_register (io, r->lun, r->key, msg, sizeof msg) < 0
       || lg_pr_reserve (io, r->lun, r->key, msg, sizeof msg) < 0) {
     int e = errno;
@@ -816,20 +807,10 @@ static int after_login (struct lg_reserve *r, struct lg_session *s, bool *kept);
 int
 lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s, bool *kept)
 {
-  int i = lg_pool_index (r->p, s), ret;
-  unsigned before = 0;
+  int ret;
 
   *kept = false;
-  if (i >= 0 && i < LG_POOL_MAX)
-    before = atomic_load (&r->forgets_seen[i]);
   ret = after_login (r, s, kept);
-  /* Another session found it forgotten since this one's last check: the
-   * reservation in place is the one it made again. */
-  if (i < 0 || i >= LG_POOL_MAX || atomic_load (&r->forgets) != before)
-    *kept = false;
-  if (i >= 0 && i < LG_POOL_MAX)
-    atomic_store (&r->forgets_seen[i], atomic_load (&r->forgets));
-
   if (ret < 0)
     lg_reserve_unsure (r);
   return ret;
@@ -966,7 +947,6 @@ recheck_locked (struct lg_reserve *r)
               "another initiator took the LUN and released it (the PR "
               "generation went up)");
   else if (!st.reserved) {
-    atomic_fetch_add (&r->forgets, 1);
     if (register_all (r, msg, sizeof msg) == 0
         && lg_pr_reserve (&io, r->lun, r->key, msg, sizeof msg) == 0) {
       lg_warn ("%s: the target had forgotten the reservation (the LUN was "

@@ -54,8 +54,12 @@ int lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen);
 
 /* After a login of s: 0, or -2 when the reservation could not be checked
  * (what s held for the LUN fails).  *kept: this gateway's reservation
- * was found still in place (the target did not restart: it would have
- * forgotten it). */
+ * was found in place, its generation no lower than seen (the target did
+ * not restart: it would have forgotten it).  It is also so when another
+ * session of this gateway, checking its own login after a restart,
+ * found it forgotten and reserved again: whoever decides from kept waits
+ * for every login being checked (crypt/barrier.h, idev_flush_op), and
+ * the first check after a restart always finds it forgotten. */
 int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s,
                             bool *kept);
 
