@@ -11,6 +11,14 @@
 #     signal, after the cover went, skipped the write-back and lost what
 #     the open file had written;
 #  3. a covered mount asked to stop never stopped once uncovered.
+# And what helper-25 found in the first fix (d23edf7):
+#  4. a cover mounted during the write-back (the target slow) was taken
+#     by the unmount by path, and the mount left dead under it;
+#  5. a second signal right after the first, while covered, did not stop
+#     the mount (it was taken for "stop waiting for the target");
+#  6. the probe's name was a counter: a "stat DIR/.lungate-probe-1" made
+#     beforehand answered the first probe, and a covered mount wrote back
+#     into the cover, unmounted it and lost its open file's write.
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require fusermount3 mountpoint pgrep python3
@@ -93,4 +101,48 @@ cmp -n 65536 "$TGT_DIR/blk2" "$(tgt_lun_file 1 1)" \
   || { cat "$TGT_DIR/2.log"; fail "the second signal after the cover went lost the open file's write"; }
 mountpoint -q "$TGT_DIR/m" && fail "the mount stopped but stayed mounted"
 kill -TERM "$hpid" 2>/dev/null || true
+
+# 4: the target stopped, SIGTERM (the write-back waits), a cover, the
+# target back: the write-back reaches the LUN, the cover stays.
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/4.log" "$url" "$TGT_DIR/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/4.log" | head -n 1)
+head -c $((4 << 20)) /dev/urandom >"$TGT_DIR/blk4"
+holder "$TGT_DIR/m/lun1" "$TGT_DIR/blk4" "$TGT_DIR/h4.out"
+kill -STOP "$TGT_PID"
+on_exit kill -CONT "$TGT_PID"
+kill -TERM "$pid"
+sleep 1.5
+mount -t tmpfs lungate-test-late "$TGT_DIR/m" || fail "tmpfs over the mount"
+sleep 2.5
+kill -CONT "$TGT_PID"
+gone "$pid" 30 || { cat "$TGT_DIR/4.log"; fail "the mount did not stop once the target was back"; }
+grep -q "^lungate-test-late $TGT_DIR/m tmpfs" /proc/mounts \
+  || { cat "$TGT_DIR/4.log"; fail "the unmount after the write-back took the cover mounted meanwhile"; }
+cmp -n $((4 << 20)) "$TGT_DIR/blk4" "$(tgt_lun_file 1 1)" \
+  || fail "the write-back under a cover made meanwhile did not reach the LUN"
+kill -TERM "$hpid" 2>/dev/null || true
+umount "$TGT_DIR/m" || fail "umount of the cover"
+fusermount3 -u -z "$TGT_DIR/m" 2>/dev/null || true
+
+# 5 and 6: the probe's name looked up beforehand; covered; SIGTERM: the
+# mount serves on; then SIGTERM and SIGHUP at once: it stops now,
+# without unmounting the cover.
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/5.log" "$url" "$TGT_DIR/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/5.log" | head -n 1)
+head -c 65536 /dev/urandom >"$TGT_DIR/blk5"
+holder "$TGT_DIR/m/lun1" "$TGT_DIR/blk5" "$TGT_DIR/h5.out"
+stat "$TGT_DIR/m/.lungate-probe-1" >/dev/null 2>&1 || true
+mount -t tmpfs lungate-test-five "$TGT_DIR/m" || fail "tmpfs over the mount"
+kill -TERM "$pid"
+sleep 2
+kill -0 "$pid" 2>/dev/null || { cat "$TGT_DIR/5.log"; fail "a probe name looked up beforehand made a covered mount stop"; }
+kill -TERM "$hpid"
+for _ in $(seq 100); do grep -q close "$TGT_DIR/h5.out" && break; sleep 0.1; done
+cmp -n 65536 "$TGT_DIR/blk5" "$(tgt_lun_file 1 1)" || fail "the covered file's write did not reach the LUN"
+# Now the burst (the first signal of it asks the path again).
+kill -TERM "$pid"; kill -HUP "$pid"
+gone "$pid" 10 || { cat "$TGT_DIR/5.log"; fail "SIGTERM and SIGHUP at once did not stop a covered mount"; }
+grep -q "^lungate-test-five $TGT_DIR/m tmpfs" /proc/mounts || fail "the stop took the cover"
+umount "$TGT_DIR/m" || fail "umount of the cover"
+fusermount3 -u "$TGT_DIR/m" 2>/dev/null || true
 echo "test-mount-cover: ok"

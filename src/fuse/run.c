@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "fuse/fs-int.h"
 #include "fuse/fs.h"
 #include "util/log.h"
@@ -120,17 +122,14 @@ node_path (const struct lg_fs *fs, int i, char *buf, size_t len)
 
 /* fsync of every file through the mount: the kernel writes the dirty
  * pages of the writeback cache to us (syncfs does not wait for FUSE's).
- * Opened relative to the mount point: its path may be near PATH_MAX. */
+ * Opened relative to dfd, our root as reaches_us found it: a mount made
+ * over the path meanwhile is not written into, and the path may be near
+ * PATH_MAX. */
 static void
-sync_files (struct lg_fs *fs)
+sync_files (struct lg_fs *fs, int dfd)
 {
-  int dfd = open (fs->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char path[4200];
 
-  if (dfd < 0) {
-    lg_error ("%s: writing back before unmounting: %m", fs->dir);
-    return;
-  }
   for (int i = 0; i < fs->n; i++) {
     int fd;
 
@@ -145,26 +144,30 @@ sync_files (struct lg_fs *fs)
     if (fd >= 0)
       close (fd);
   }
-  close (dfd);
 }
 
 /* ---- whether the path still reaches this mount ----
  *
- * Asked by a lookup of a name nobody else asks for
- * (LG_FS_PROBE_PREFIX and a number), through the path: only this
+ * Known for sure by a lookup of a name nobody else can guess
+ * (LG_FS_PROBE_PREFIX and a random number), through the path: only this
  * session sees it (fs_lookup notes it), and only while the path leads
  * here: not after a lazy unmount (fusermount3 -uz, umount -l), nor with
  * any other mount over this one or over a directory above it.  The
  * lookup runs on a thread of its own, as the path may lead to a mount
- * that does not answer; no answer within PROBE_MS counts as "not
- * here" (asked again later). */
+ * that does not answer; no answer within PROBE_MS counts as "not here"
+ * (asked again later), and no new lookup starts while one is stuck.
+ * Mostly the id alone answers, at once, even while every worker waits for
+ * the target: the id of the mount the path reaches (statx, which asks no
+ * file system), against ours, read just after mounting (lg_fs_run; a
+ * mount made over it in that instant would be taken for ours) or proved
+ * by a lookup where it could not be read then. */
 #define PROBE_MS 3000
 
 struct probe {
   atomic_int refs; /* the asker and the thread */
   atomic_bool done;
+  int dfd; /* the thread's own, closed once it looked */
   char name[64];
-  char dir[];
 };
 
 static void
@@ -178,43 +181,66 @@ static void *
 probe_run (void *arg)
 {
   struct probe *p = arg;
-  int dfd = open (p->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat st;
 
-  if (dfd >= 0) {
-    if (fstatat (dfd, p->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      /* Nothing is ever there. */
-    }
-    close (dfd);
+  if (fstatat (p->dfd, p->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    /* Nothing is ever there. */
   }
+  /* At once: a descriptor of our root would keep a lazily unmounted
+   * mount alive after its last file is closed. */
+  close (p->dfd);
   atomic_store (&p->done, true);
   probe_put (p);
   return NULL;
 }
 
-static bool
-reaches_us (struct lg_fs *fs)
+/* The id of the mount dfd is on; 0 when not known. */
+static uint64_t
+mnt_id_of (int dfd)
 {
-  static atomic_uint_fast64_t last;
-  uint64_t tok = atomic_fetch_add (&last, 1) + 1;
-  size_t len = strlen (fs->dir);
-  struct probe *p = calloc (1, sizeof *p + len + 1);
+  struct statx stx;
+
+  if (statx (dfd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx)
+          != 0
+      || !(stx.stx_mask & STATX_MNT_ID))
+    return 0;
+  return stx.stx_mnt_id;
+}
+
+/* The lookup through dfd: true when this session saw it. */
+static bool
+probe (struct lg_fs *fs, int dfd)
+{
+  struct probe *p = fs->probe_out;
   pthread_attr_t attr;
   pthread_t t;
+  uint64_t tok;
   bool started, seen = false;
 
-  if (p == NULL)
-    return true; /* the paths are tried, as before */
+  if (p != NULL) {
+    if (!atomic_load (&p->done))
+      return false; /* the last one is stuck: not here, for now */
+    probe_put (p);
+    fs->probe_out = NULL;
+  }
+  p = calloc (1, sizeof *p);
+  if (p == NULL || (p->dfd = fcntl (dfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    free (p);
+    return false;
+  }
+  do
+    randombytes_buf (&tok, sizeof tok);
+  while (tok == 0);
   atomic_init (&p->refs, 2);
   snprintf (p->name, sizeof p->name, "%s%" PRIu64, LG_FS_PROBE_PREFIX, tok);
-  memcpy (p->dir, fs->dir, len + 1);
   pthread_attr_init (&attr);
   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
   started = pthread_create (&t, &attr, probe_run, p) == 0;
   pthread_attr_destroy (&attr);
   if (!started) {
+    close (p->dfd);
     free (p);
-    return true;
+    return false;
   }
   for (unsigned ms = 0; ms < PROBE_MS; ms += 5) {
     bool done = atomic_load (&p->done);
@@ -224,8 +250,48 @@ reaches_us (struct lg_fs *fs)
       break;
     usleep (5 * 1000);
   }
-  probe_put (p);
+  fs->probe_out = p; /* released at the next probe, or at the end */
   return seen;
+}
+
+/* An O_PATH descriptor of this mount's root, reached by the path now,
+ * or -1 when the path does not reach it. */
+static int
+reaches_us (struct lg_fs *fs)
+{
+  int dfd = open (fs->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  uint64_t id;
+  bool ours;
+
+  if (dfd < 0)
+    return -1;
+  id = mnt_id_of (dfd);
+  if (fs->mnt_id != 0 && id != 0)
+    ours = id == fs->mnt_id;
+  else if ((ours = probe (fs, dfd)) && id != 0)
+    fs->mnt_id = id;
+  if (!ours) {
+    close (dfd);
+    return -1;
+  }
+  return dfd;
+}
+
+/* Whether the path reaches the mount now, asking no file system: false
+ * only when known not to. */
+static bool
+still_ours (const struct lg_fs *fs)
+{
+  int dfd;
+  uint64_t id;
+
+  if (fs->mnt_id == 0)
+    return true;
+  if ((dfd = open (fs->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return false;
+  id = mnt_id_of (dfd);
+  close (dfd);
+  return id == 0 || id == fs->mnt_id;
 }
 
 /* Ends the loop, from a thread other than the loop's. */
@@ -239,15 +305,16 @@ end_loop (struct lg_fs *fs)
 /* While the path does not reach the mount: serve on (what is still open
  * through it can be written back only by the kernel, at its last close,
  * which ends the session by itself), and ask again every second, and at
- * once on another signal.  True once the path reaches it again; false
- * when the session ended, or another signal stopped it while the path
- * still did not. */
-static bool
+ * once on another signal.  The root's descriptor once the path reaches
+ * it again; -1 when the session ended, or another signal stopped it
+ * while the path still did not. */
+static int
 wait_reachable (struct lg_fs *fs)
 {
   bool said = false;
+  int dfd;
 
-  while (!reaches_us (fs)) {
+  while ((dfd = reaches_us (fs)) < 0) {
     atomic_store (&fs->detached, true);
     if (!said)
       lg_warn ("%s: the mount was detached (a lazy unmount), or another "
@@ -260,25 +327,27 @@ wait_reachable (struct lg_fs *fs)
     said = true;
     for (int i = 0; i < 10 && !atomic_load (&fs->again); i++) {
       if (!atomic_load (&fs->serving) || fuse_session_exited (fs->se))
-        return false;
+        return -1;
       usleep (100 * 1000);
     }
-    if (atomic_exchange (&fs->again, false) && !reaches_us (fs)) {
+    if (atomic_exchange (&fs->again, false) && (dfd = reaches_us (fs)) < 0) {
       lg_warn ("%s: signalled again while detached or covered: stopping "
                "now; what files still open have not written back is lost",
                fs->dir);
       atomic_store (&fs->unmount_ok, false);
       stop_once (fs);
       end_loop (fs);
-      return false;
+      return -1;
     }
+    if (dfd >= 0)
+      break;
   }
   if (said)
     lg_info ("%s: the path reaches the mount again: writing back, then "
              "unmounting",
              fs->dir);
   atomic_store (&fs->detached, false);
-  return true;
+  return dfd;
 }
 
 /* The first signal: write back what is cached, waiting for the target
@@ -290,15 +359,29 @@ static void *
 sync_and_exit (void *arg)
 {
   struct lg_fs *fs = arg;
+  int dfd = wait_reachable (fs);
 
-  if (!wait_reachable (fs))
+  if (dfd < 0)
     return NULL;
+  atomic_store (&fs->writing_back, true);
+  /* A signal that came while the path was asked about is a second one. */
+  if (atomic_exchange (&fs->again, false)) {
+    lg_warn ("%s: second signal: no longer waiting for the target; what "
+             "is not written back yet is lost",
+             fs->dir);
+    stop_once (fs);
+  }
   /* Only now the shorter budget of a stop (on_stop): a detached mount
    * serves on with its own. */
   if (fs->on_stop)
     fs->on_stop (fs->stop_opaque, false);
   if (!fs->o.read_only)
-    sync_files (fs);
+    sync_files (fs, dfd);
+  close (dfd);
+  /* Covered during the write-back (it went through our root all the
+   * same): the unmount by the path would take the cover. */
+  if (!still_ours (fs))
+    atomic_store (&fs->unmount_ok, false);
   stop_once (fs);
   end_loop (fs);
   return NULL;
@@ -316,7 +399,6 @@ watch_exit (void *arg)
   struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
   pthread_t syncer;
   bool syncing = false;
-
   while (atomic_load (&fs->serving)) {
     unsigned char c;
 
@@ -326,7 +408,7 @@ watch_exit (void *arg)
     }
     if (poll (&pfd, 1, 100) <= 0 || read (sig_pipe[0], &c, 1) != 1 || c == 0)
       continue;
-    if (syncing && atomic_load (&fs->detached)) {
+    if (syncing && !atomic_load (&fs->writing_back)) {
       atomic_store (&fs->again, true); /* wait_reachable asks again */
       continue;
     }
@@ -546,6 +628,17 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     mount_failed (dir, allow_other (fuse_argc, fuse_argv));
     goto out_destroy;
   }
+  /* Our mount's id (reaches_us), from the path just mounted: no request
+   * to any file system (nothing serves ours yet), and no descriptor kept
+   * (it would make an unmount busy).  Unknown (0): the lookup decides. */
+  {
+    int dfd = open (dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+    if (dfd >= 0) {
+      fs->mnt_id = mnt_id_of (dfd);
+      close (dfd);
+    }
+  }
   /* The handlers first: a signal while ready() waits (a claim waits for
    * a holder that is closing) unmounts, rather than leaving the mount
    * with nobody serving it. */
@@ -596,12 +689,15 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     struct pollfd pf = { .fd = fuse_session_fd (se), .events = 0 };
     bool ended = poll (&pf, 1, 0) == 1 && (pf.revents & POLLERR);
 
-    if (!ended && !atomic_load (&fs->unmount_ok))
+    if (!ended && (!atomic_load (&fs->unmount_ok) || !still_ours (fs)))
       goto out_destroy;
   }
 out_unmount:
   fuse_session_unmount (se);
 out_destroy:
+  if (fs->probe_out != NULL)
+    probe_put (fs->probe_out);
+  fs->probe_out = NULL;
   fuse_session_destroy (se);
   fuse_opt_free_args (&args);
   return r;
