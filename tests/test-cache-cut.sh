@@ -86,6 +86,16 @@ for lun in 1 2; do
     got=$(io "g$lun" f R9)
     [ "$got" = "ok 50" ] || { cat "$TGT_DIR/g$lun.log"
       fail "$kind: after the failed flush: '$got', expected 'ok 50' (the old unit 9)"; }
+    # A lost write whose first block the read-back sees: the LUN is
+    # refused, and the log says the lost cache may be why, not only
+    # another disk.
+    got=$(io "g$lun" w10:106) || fail "$kind: write"
+    tgt_kill
+    tgt_restart
+    got=$(io "g$lun" f)
+    [ "$got" = ok ] && fail "$kind: the flush after the second power cut succeeded"
+    grep -q "lost them with its volatile write cache" "$TGT_DIR/g$lun.log" \
+      || { cat "$TGT_DIR/g$lun.log"; fail "$kind: a power cut is told as another disk only"; }
   fi
   kill "${NBD_GW[g$lun]}"
 done

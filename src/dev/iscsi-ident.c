@@ -428,6 +428,15 @@ idev_reattach (struct lg_dev *d, struct lg_dev_reader *rd)
     return -2;
   }
   if (d2 > 0) {
+    /* Not only another disk: the same one, restarted, whose volatile
+     * cache lost writes not yet flushed (refused all the same). */
+    if (idev_vc_unstable (x)) {
+      size_t n = strlen (err);
+
+      snprintf (err + n, sizeof err - n,
+                "; or, as writes to it were not yet flushed, the target "
+                "restarted and lost them with its volatile write cache");
+    }
     gone_after_login (x, err);
     return -1;
   }
