@@ -13,6 +13,10 @@
 #    plain LUN also when the lost write kept the first 512 bytes of what
 #    it overwrote (the read-back of known.h sees only those): the flush
 #    said ok, and the unit was back to its old data (helper-26).
+#  - the mount: a write written back to the gateway (sync_file_range, no
+#    fsync), a power cut, then lungate umount: the daemon's final flush
+#    fails, and lungate umount must say so and exit 1 (it said
+#    "unmounted; the daemon has exited" and exited 0: helper-26).
 FAULTIO_CACHE=lun-
 export FAULTIO_CACHE
 . "${srcdir:-.}/functions-fault.sh"
@@ -99,4 +103,30 @@ for lun in 1 2; do
   fi
   kill "${NBD_GW[g$lun]}"
 done
+# The mount, plain LUN 1.
+require fusermount3
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+m="$TGT_DIR/m"; mkdir "$m"
+on_exit fusermount3 -u -z "$m"
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/mount.log" "$url/1" "$m" \
+  || { cat "$TGT_DIR/mount.log"; fail "mount"; }
+python3 - "$m/lun1" <<'PY' || fail "the write through the mount"
+import ctypes, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"\x6b" * 4096, 12 * 4096)
+libc = ctypes.CDLL(None, use_errno=True)
+# SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER: to the gateway, no fsync
+if libc.sync_file_range(fd, ctypes.c_longlong(12 * 4096), ctypes.c_longlong(4096), 7) != 0:
+    sys.exit("sync_file_range: " + os.strerror(ctypes.get_errno()))
+os.close(fd)
+PY
+tgt_kill
+tgt_restart
+if with_timeout 120 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1; then
+  cat "$TGT_DIR/umount.out" "$TGT_DIR/mount.log"
+  fail "lungate umount exited 0 although the mount's final flush failed after a power cut"
+fi
+grep -q "reported at its end" "$TGT_DIR/umount.out" \
+  || { cat "$TGT_DIR/umount.out"; fail "lungate umount does not say what the daemon reported"; }
+cat "$TGT_DIR/umount.out"
 echo "test-cache-cut: ok"

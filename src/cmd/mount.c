@@ -632,7 +632,7 @@ serve (struct mount_plan *m, const struct mount_args *a, const char *dir,
 {
   struct lg_fs *fs = lg_fs_new (&a->fo);
   char *fargv[8];
-  int fargc = 0, r;
+  int fargc = 0, r, failed;
   char mount_opts[384];
 
   if (fs == NULL)
@@ -647,7 +647,20 @@ serve (struct mount_plan *m, const struct mount_args *a, const char *dir,
   fargv[fargc++] = (char *) "-o";
   fargv[fargc++] = mount_opts;
   r = lg_fs_run (fs, dir, fargc, fargv, a->foreground, ready, m);
-  lg_fs_free (fs);
+  if ((failed = lg_fs_free (fs)) > 0) {
+    char why[160];
+
+    /* For lungate umount, which waits for this process but cannot see
+     * its exit status. */
+    snprintf (why, sizeof why,
+              "%d LUN%s could not be written back or flushed at the end "
+              "(see the mount's log): data may be lost",
+              failed, failed == 1 ? "" : "s");
+    lg_error ("%s: %s", dir, why);
+    if (lg_alive_failed_write (why) < 0)
+      lg_debug ("%s: recording the failure for lungate umount: %m", dir);
+    r = -1;
+  }
   return r;
 }
 

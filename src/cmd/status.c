@@ -634,6 +634,16 @@ lg_cmd_umount (int argc, char **argv)
                abs, (int) pid, s / 10);
     usleep (100 * 1000);
   }
+  {
+    char why[256];
+
+    if (lg_alive_failed_take (pid, why, sizeof why) == 1) {
+      lg_error ("%s: unmounted, but the daemon (pid %d) reported at its "
+                "end: %s",
+                abs, (int) pid, why);
+      return LG_EXIT_FAIL;
+    }
+  }
   lg_info ("%s: unmounted; the daemon (pid %d) has exited", abs, (int) pid);
   return LG_EXIT_OK;
 }

@@ -69,9 +69,10 @@ struct lg_fs {
    * unmount by the path. */
   atomic_uint_fast64_t probe_seen;
   atomic_bool detached, again, unmount_ok;
-  atomic_bool writing_back; /* the path reached it: writing back now */
-  uint64_t mnt_id;          /* our mount's, once a lookup proved it; 0 */
-  struct probe *probe_out;  /* the last lookup (run.c), maybe stuck */
+  atomic_bool writing_back;  /* the path reached it: writing back now */
+  atomic_uint stop_failures; /* files whose write-back failed (run.c) */
+  uint64_t mnt_id;           /* our mount's, once a lookup proved it; 0 */
+  struct probe *probe_out;   /* the last lookup (run.c), maybe stuck */
 };
 
 /* The FUSE operations, serving fs from now on. */

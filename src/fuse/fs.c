@@ -121,19 +121,25 @@ lg_fs_add_file (struct lg_fs *fs, int parent, const char *name,
   return add (fs, parent, name, false, dev);
 }
 
-void
+int
 lg_fs_free (struct lg_fs *fs)
 {
+  int failed;
+
   if (fs == NULL)
-    return;
+    return 0;
+  failed = (int) atomic_load (&fs->stop_failures);
   for (int i = 0; i < fs->n; i++)
     if (fs->nodes[i].dev) {
-      if (lg_dev_flush (fs->nodes[i].dev) < 0)
+      if (lg_dev_flush (fs->nodes[i].dev) < 0) {
         lg_error ("%s: flush at unmount failed", fs->nodes[i].dev->name);
+        failed += !fs->nodes[i].dev->read_only;
+      }
       lg_dev_close (fs->nodes[i].dev);
     }
   pthread_mutex_destroy (&fs->alloc_lock);
   free (fs);
+  return failed;
 }
 
 /* ---- attributes ---- */

@@ -55,6 +55,8 @@ int lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc,
                int (*ready) (struct lg_fs *fs, void *opaque), void *opaque);
 
 /* Flushes and closes every device, frees. */
-void lg_fs_free (struct lg_fs *fs);
+/* Flushes and closes every LUN, and frees fs: the number of LUNs whose
+ * final flush or write-back failed (their data may be lost). */
+int lg_fs_free (struct lg_fs *fs);
 
 #endif

@@ -138,9 +138,11 @@ sync_files (struct lg_fs *fs, int dfd)
     node_path (fs, i, path, sizeof path);
     fd = openat (dfd, path,
                  (fs->o.read_only ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
-    if (fd < 0 || fsync (fd) < 0)
+    if (fd < 0 || fsync (fd) < 0) {
       lg_error ("%s: %s: writing back before unmounting: %m",
                 fs->nodes[i].dev->name, path);
+      atomic_fetch_add (&fs->stop_failures, 1);
+    }
     if (fd >= 0)
       close (fd);
   }

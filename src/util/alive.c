@@ -213,3 +213,61 @@ lg_alive_pid_holds (uint64_t key, pid_t pid)
   closedir (d);
   return found;
 }
+
+static int
+failed_path (pid_t pid, char *path, size_t len, bool create)
+{
+  char dir[4096];
+
+  if (lg_runtime_dir (dir, sizeof dir, create) < 0)
+    return -1;
+  if ((size_t) snprintf (path, len, "%s/lungate-mount-%ld.failed", dir,
+                         (long) pid)
+      >= len) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return 0;
+}
+
+int
+lg_alive_failed_write (const char *why)
+{
+  char path[4200];
+  FILE *f;
+  int fd;
+
+  if (failed_path (getpid (), path, sizeof path, true) < 0)
+    return -1;
+  fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || (f = fdopen (fd, "w")) == NULL) {
+    if (fd >= 0)
+      close (fd);
+    return -1;
+  }
+  fprintf (f, "%s\n", why);
+  return fclose (f) == 0 ? 0 : -1;
+}
+
+int
+lg_alive_failed_take (pid_t pid, char *why, size_t len)
+{
+  char path[4200];
+  FILE *f;
+  int fd;
+
+  if (failed_path (pid, path, sizeof path, false) < 0)
+    return -1;
+  if ((fd = open (path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+    return errno == ENOENT ? 0 : -1;
+  if ((f = fdopen (fd, "r")) == NULL) {
+    close (fd);
+    return -1;
+  }
+  if (fgets (why, (int) len, f) == NULL)
+    why[0] = '\0';
+  why[strcspn (why, "\n")] = '\0';
+  fclose (f);
+  unlink (path);
+  return 1;
+}

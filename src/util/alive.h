@@ -53,4 +53,12 @@ void lg_alive_forget (uint64_t key);
  * when it cannot be told (another user's process). */
 bool lg_alive_pid_holds (uint64_t key, pid_t pid);
 
+/* What a mount daemon ending now could not do (its final flush failed):
+ * one line for lungate umount, in the runtime directory as
+ * "lungate-mount-<pid>.failed".  0, or -1 with errno. */
+int lg_alive_failed_write (const char *why);
+/* Takes (reads and removes) what process pid left so: 1 with why set,
+ * 0 nothing left, -1 not readable. */
+int lg_alive_failed_take (pid_t pid, char *why, size_t len);
+
 #endif
