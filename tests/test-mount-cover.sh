@@ -19,6 +19,11 @@
 #  6. the probe's name was a counter: a "stat DIR/.lungate-probe-1" made
 #     beforehand answered the first probe, and a covered mount wrote back
 #     into the cover, unmounted it and lost its open file's write.
+# And what helper-27 found in the second (86496f0):
+#  7. mount ids are reused (lowest free first): after a lazy unmount, a
+#     tmpfs at DIR got the mount's old id, and a signal wrote back into
+#     it, unmounted it, and lost the write of a file open through a bind
+#     mount of the mount elsewhere.
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require fusermount3 mountpoint pgrep python3
@@ -145,4 +150,41 @@ gone "$pid" 10 || { cat "$TGT_DIR/5.log"; fail "SIGTERM and SIGHUP at once did n
 grep -q "^lungate-test-five $TGT_DIR/m tmpfs" /proc/mounts || fail "the stop took the cover"
 umount "$TGT_DIR/m" || fail "umount of the cover"
 fusermount3 -u "$TGT_DIR/m" 2>/dev/null || true
+# 7: a bind mount of the mount elsewhere, a file open through it, a lazy
+# unmount of DIR, tmpfs mounts at DIR until one gets the old id.
+b="$TGT_DIR/b"; mkdir -p "$b"
+on_exit umount -l "$b"
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/7.log" "$url" "$TGT_DIR/m" || fail "mount"
+pid=$(pgrep -f -- "lungate mount --log $TGT_DIR/7.log" | head -n 1)
+id0=$(awk -v d="$TGT_DIR/m" '$5 == d {print $1}' /proc/self/mountinfo | tail -n 1)
+mount --bind "$TGT_DIR/m" "$b" || fail "bind mount"
+head -c 65536 /dev/urandom >"$TGT_DIR/blk7"
+holder "$b/lun1" "$TGT_DIR/blk7" "$TGT_DIR/h7.out"
+umount -l "$TGT_DIR/m" || fail "umount -l"
+got=
+for i in $(seq 40); do
+  mount -t tmpfs "lungate-test-reuse$i" "$TGT_DIR/m" || fail "tmpfs $i"
+  on_exit umount -l "$TGT_DIR/m"
+  top=$(awk -v d="$TGT_DIR/m" '$5 == d {print $1}' /proc/self/mountinfo | tail -n 1)
+  [ "$top" = "$id0" ] && { got=$i; break; }
+done
+if [ -n "$got" ]; then
+  echo "tmpfs $got at DIR got the mount's old id $id0"
+  echo other >"$TGT_DIR/m/lun1"
+  kill -TERM "$pid"
+  sleep 2
+  kill -0 "$pid" 2>/dev/null || { cat "$TGT_DIR/7.log"; fail "a tmpfs with the mount's old id was taken for the mount"; }
+  grep -q "^lungate-test-reuse$got $TGT_DIR/m tmpfs" /proc/mounts || fail "the stop took the tmpfs with the old id"
+  [ "$(cat "$TGT_DIR/m/lun1")" = other ] || fail "the daemon wrote back into the tmpfs with the old id"
+else
+  echo "no tmpfs got the old id $id0 in 40 mounts (unique ids here): case 7 shows only that the stop waits"
+  kill -TERM "$pid"
+  sleep 2
+  kill -0 "$pid" 2>/dev/null || fail "a covered mount open through a bind exited"
+fi
+kill -TERM "$hpid"
+for _ in $(seq 100); do grep -q close "$TGT_DIR/h7.out" && break; sleep 0.1; done
+cmp -n 65536 "$TGT_DIR/blk7" "$(tgt_lun_file 1 1)" || fail "the file open through the bind mount lost its write"
+umount "$b" || fail "umount of the bind"
+gone "$pid" 20 || { cat "$TGT_DIR/7.log"; fail "the mount did not end once its last mount and file were gone"; }
 echo "test-mount-cover: ok"

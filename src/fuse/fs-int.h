@@ -71,7 +71,7 @@ struct lg_fs {
   atomic_bool detached, again, unmount_ok;
   atomic_bool writing_back;  /* the path reached it: writing back now */
   atomic_uint stop_failures; /* files whose write-back failed (run.c) */
-  uint64_t mnt_id;           /* our mount's, once a lookup proved it; 0 */
+  uint64_t mnt_id, mnt_dev;  /* our mount's id (0: not known), its device */
   struct probe *probe_out;   /* the last lookup (run.c), maybe stuck */
 };
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -196,16 +197,29 @@ probe_run (void *arg)
   return NULL;
 }
 
-/* The id of the mount dfd is on; 0 when not known. */
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U /* Linux 6.8 */
+#endif
+
+/* The id of the mount dfd is on, 0 when not known, and in *dev the
+ * device of its file system.  The id is never reused where the kernel
+ * has unique ids (6.8 on); an older kernel's is, lowest free first (a
+ * tmpfs mounted after a lazy unmount gets ours), but the device of a
+ * file system is not while it lives, and ours lives while anything
+ * holds it: both must match (helper-27). */
 static uint64_t
-mnt_id_of (int dfd)
+mnt_id_of (int dfd, uint64_t *dev)
 {
   struct statx stx;
+  const int fl = AT_EMPTY_PATH | AT_STATX_DONT_SYNC;
 
-  if (statx (dfd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx)
-          != 0
-      || !(stx.stx_mask & STATX_MNT_ID))
-    return 0;
+  if (statx (dfd, "", fl, STATX_MNT_ID_UNIQUE, &stx) != 0
+      || !(stx.stx_mask & STATX_MNT_ID_UNIQUE)) {
+    if (statx (dfd, "", fl, STATX_MNT_ID, &stx) != 0
+        || !(stx.stx_mask & STATX_MNT_ID))
+      return 0;
+  }
+  *dev = makedev (stx.stx_dev_major, stx.stx_dev_minor);
   return stx.stx_mnt_id;
 }
 
@@ -262,16 +276,18 @@ static int
 reaches_us (struct lg_fs *fs)
 {
   int dfd = open (fs->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  uint64_t id;
+  uint64_t id, dev = 0;
   bool ours;
 
   if (dfd < 0)
     return -1;
-  id = mnt_id_of (dfd);
+  id = mnt_id_of (dfd, &dev);
   if (fs->mnt_id != 0 && id != 0)
-    ours = id == fs->mnt_id;
-  else if ((ours = probe (fs, dfd)) && id != 0)
+    ours = id == fs->mnt_id && dev == fs->mnt_dev;
+  else if ((ours = probe (fs, dfd)) && id != 0) {
     fs->mnt_id = id;
+    fs->mnt_dev = dev;
+  }
   if (!ours) {
     close (dfd);
     return -1;
@@ -285,15 +301,15 @@ static bool
 still_ours (const struct lg_fs *fs)
 {
   int dfd;
-  uint64_t id;
+  uint64_t id, dev = 0;
 
   if (fs->mnt_id == 0)
     return true;
   if ((dfd = open (fs->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
     return false;
-  id = mnt_id_of (dfd);
+  id = mnt_id_of (dfd, &dev);
   close (dfd);
-  return id == 0 || id == fs->mnt_id;
+  return id == 0 || (id == fs->mnt_id && dev == fs->mnt_dev);
 }
 
 /* Ends the loop, from a thread other than the loop's. */
@@ -637,7 +653,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
     int dfd = open (dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 
     if (dfd >= 0) {
-      fs->mnt_id = mnt_id_of (dfd);
+      fs->mnt_id = mnt_id_of (dfd, &fs->mnt_dev);
       close (dfd);
     }
   }
