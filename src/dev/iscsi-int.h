@@ -108,6 +108,9 @@ to_idev (struct lg_dev *d)
 int idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
                      uint64_t nblocks);
 int idev_flush (struct lg_dev *d);
+/* A flush a client asked for (the op, and FUA emulated by a flush):
+ * also reports a possible loss at a login (iscsi.c). */
+int idev_flush_client (struct lg_dev *d);
 void idev_vc_begin (struct idev *x);
 void idev_vc_end (struct idev *x);
 bool idev_vc_unstable (struct idev *x);

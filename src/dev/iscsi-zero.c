@@ -97,7 +97,7 @@ idev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     if (r < 0)
       return -1;
   }
-  return (flags & LG_FUA) ? idev_flush (d) : 0;
+  return (flags & LG_FUA) ? idev_flush_client (d) : 0;
 }
 
 /* One WRITE SAME(16) of the zero block over cnt blocks at lba; 0, or the
@@ -300,7 +300,7 @@ idev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
                               0)
           < 0)
     return -1;
-  return (flags & LG_FUA) ? idev_flush (d) : 0;
+  return (flags & LG_FUA) ? idev_flush_client (d) : 0;
 }
 
 int

@@ -446,8 +446,8 @@ idev_flush (struct lg_dev *d)
  * (it restarted, its cache volatile: idev_check_after_login).  A login
  * being checked now is waited for (up to 30 s; then it counts as such a
  * loss), as it may be the one that finds the restart. */
-static int
-idev_flush_op (struct lg_dev *d)
+int
+idev_flush_client (struct lg_dev *d)
 {
   struct idev *x = to_idev (d);
 
@@ -592,7 +592,7 @@ idev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   if (count > 0 && rmw_block (x, off / bs, 0, p, count, fua) < 0)
     return -1;
   if ((flags & LG_FUA) && !x->dpofua)
-    return idev_flush (d);
+    return idev_flush_client (d);
   return 0;
 }
 
@@ -696,7 +696,7 @@ static const struct lg_dev_ops idev_ops = {
   .compare_write = idev_compare_write_k,
   .claim = idev_claim,
   .revalidate = idev_revalidate,
-  .flush = idev_flush_op,
+  .flush = idev_flush_client,
   .trim = idev_trim_k,
   .zero = idev_zero_k,
   .extents = idev_extents,

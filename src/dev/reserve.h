@@ -58,7 +58,7 @@ int lg_reserve_fence (struct lg_reserve *r, char *err, size_t errlen);
  * not restart: it would have forgotten it).  It is also so when another
  * session of this gateway, checking its own login after a restart,
  * found it forgotten and reserved again: whoever decides from kept waits
- * for every login being checked (crypt/barrier.h, idev_flush_op), and
+ * for every login being checked (crypt/barrier.h, idev_flush_client), and
  * the first check after a restart always finds it forgotten. */
 int lg_reserve_after_login (struct lg_reserve *r, struct lg_session *s,
                             bool *kept);
