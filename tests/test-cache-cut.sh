@@ -17,11 +17,18 @@
 #    fsync), a power cut, then lungate umount: the daemon's final flush
 #    fails, and lungate umount must say so and exit 1 (it said
 #    "unmounted; the daemon has exited" and exited 0: helper-26).
+#  - every client hears of the loss, not only the first to flush: two NBD
+#    connections, and two files open on the mount, each with a write not
+#    yet flushed; a power cut; each flushes.  (The loss was told once per
+#    LUN: the second client's flush said ok and its write was gone:
+#    helper-27.)
 FAULTIO_CACHE=lun-
 export FAULTIO_CACHE
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
+require fusermount3
+[ -c /dev/fuse ] || skip "no /dev/fuse"
 fault_tgt_start
 t=iqn.2026-12.org.lungate:cachecut
 tgt_add_target 1 "$t"
@@ -103,9 +110,83 @@ for lun in 1 2; do
   fi
   kill "${NBD_GW[g$lun]}"
 done
+# Two clients of one gateway, each with a write not yet flushed, a power
+# cut, then each flushes: both must hear of it (a fresh gateway: the one
+# above may have refused the LUN after its power cuts).
+kill "${NBD_GW[g1]}" 2>/dev/null || true
+nbd_gw two "url=$url/1" connections=1 timeout=60
+env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/two.sock" "$TGT_DIR/two.go" >"$TGT_DIR/two.out" <<'PY' &
+import nbd, os, sys, time
+sock, go = sys.argv[1], sys.argv[2]
+x = nbd.NBD(); x.connect_uri("nbd+unix:///?socket=" + sock)
+y = nbd.NBD(); y.connect_uri("nbd+unix:///?socket=" + sock)
+x.pwrite(bytes(512) + b"\x14" * 3584, 20 * 4096)
+y.pwrite(bytes(512) + b"\x15" * 3584, 21 * 4096)
+print("written", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.1)
+out = []
+for h in (y, x):
+    try:
+        h.flush(); out.append("ok")
+    except nbd.Error as e:
+        out.append("errno%s" % e.errno)
+print(" ".join(out), flush=True)
+PY
+cpid=$!
+for _ in $(seq 100); do grep -q written "$TGT_DIR/two.out" && break; sleep 0.1; done
+tgt_kill
+tgt_restart
+touch "$TGT_DIR/two.go"
+wait "$cpid" || fail "the two clients"
+got=$(tail -n 1 "$TGT_DIR/two.out")
+echo "two clients after a power cut: flush Y, flush X: $got"
+case $got in
+  *ok*) cat "$TGT_DIR/two.log"; fail "a client's flush after a power cut said ok: its lost write was taken for stable" ;;
+esac
+
+nbd_stop "${NBD_GW[two]}"
+
+# Two files open on the mount, each written back (no fsync), a power
+# cut, then each fsyncs: both must fail.
+m2="$TGT_DIR/m2"; mkdir "$m2"
+on_exit fusermount3 -u -z "$m2"
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/m2.log" "$url/1" "$m2" \
+  || { cat "$TGT_DIR/m2.log"; fail "mount"; }
+python3 - "$m2/lun1" "$TGT_DIR/m2.go" >"$TGT_DIR/m2.out" <<'PY' &
+import ctypes, os, sys, time
+f, go = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+fds = [os.open(f, os.O_RDWR), os.open(f, os.O_RDWR)]
+for i, fd in enumerate(fds):
+    off = (30 + i) * 4096
+    os.pwrite(fd, bytes(512) + bytes([0x30 + i]) * 3584, off)
+    libc.sync_file_range(fd, ctypes.c_longlong(off), ctypes.c_longlong(4096), 7)
+print("written", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.1)
+out = []
+for fd in reversed(fds):
+    try:
+        os.fsync(fd); out.append("ok")
+    except OSError as e:
+        out.append(e.strerror.replace(" ", "_"))
+print(" ".join(out), flush=True)
+PY
+cpid=$!
+for _ in $(seq 100); do grep -q written "$TGT_DIR/m2.out" && break; sleep 0.1; done
+tgt_kill
+tgt_restart
+touch "$TGT_DIR/m2.go"
+wait "$cpid" || fail "the two files"
+got=$(tail -n 1 "$TGT_DIR/m2.out")
+echo "two open files after a power cut: fsync B, fsync A: $got"
+case $got in
+  *ok*) cat "$TGT_DIR/m2.log"; fail "an open file's fsync after a power cut said ok: its lost write was taken for stable" ;;
+esac
+fusermount3 -u -z "$m2" 2>/dev/null || true
+
 # The mount, plain LUN 1.
-require fusermount3
-[ -c /dev/fuse ] || skip "no /dev/fuse"
 m="$TGT_DIR/m"; mkdir "$m"
 on_exit fusermount3 -u -z "$m"
 with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/mount.log" "$url/1" "$m" \

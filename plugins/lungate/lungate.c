@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,9 @@ struct handle {
   struct lg_dev *dev;
   const struct export *e;
   struct lg_nbdkit_gate gate; /* replies once the client is gone (glue.h) */
+  /* The possible losses this client was told of (lg_dev_losses): every
+   * connection open when one happens hears of it at its next flush. */
+  atomic_uint_fast64_t seen_losses;
 };
 
 /* nbdkit -D lungate.verbose=1: trace every SCSI command (with nbdkit -v). */
@@ -765,6 +769,7 @@ lungate_open (int readonly)
   }
   h->e = e;
   h->dev = e->dev;
+  atomic_init (&h->seen_losses, lg_dev_losses (e->dev));
   lg_nbdkit_gate_init (&h->gate);
   return h;
 }
@@ -917,15 +922,42 @@ lungate_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
   return reply (h, lg_dev_pread (h->dev, buf, count, offset));
 }
 
+static int durable (struct handle *h, int r, bool claims);
+
 static int
 lungate_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
   struct handle *h = handle;
 
-  return reply (
-      h,
-      lg_dev_pwrite (h->dev, buf, count, offset, lg_nbdkit_dev_flags (flags)));
+  return reply (h,
+                durable (h,
+                         lg_dev_pwrite (h->dev, buf, count, offset,
+                                        lg_nbdkit_dev_flags (flags)),
+                         (flags & NBDKIT_FLAG_FUA) != 0));
+}
+
+/* A request that claims durability (a flush, FUA) succeeded: unless a
+ * possible loss came since this client last heard of one (another
+ * client's flush may have been told first). */
+static int
+durable (struct handle *h, int r, bool claims)
+{
+  uint64_t now, seen;
+
+  if (!claims)
+    return r;
+  now = lg_dev_losses (h->dev);
+  seen = atomic_exchange (&h->seen_losses, now);
+  if (r == 0 && now != seen) {
+    nbdkit_error ("%s: the target may have restarted, losing writes it "
+                  "had acknowledged and not yet flushed (reported to another "
+                  "client first): write them again",
+                  h->dev->name);
+    errno = EIO;
+    return -1;
+  }
+  return r;
 }
 
 static int
@@ -934,7 +966,7 @@ lungate_flush (void *handle, uint32_t flags)
   struct handle *h = handle;
 
   (void) flags;
-  return reply (h, lg_dev_flush (h->dev));
+  return reply (h, durable (h, lg_dev_flush (h->dev), true));
 }
 
 static int

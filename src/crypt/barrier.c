@@ -21,6 +21,7 @@ lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower)
   atomic_init (&b->inflight, 0);
   atomic_init (&b->epoch, 0);
   atomic_init (&b->checking, 0);
+  atomic_init (&b->losses, 0);
   b->durable = 0;
   b->flushing = false;
   b->lost = false;
@@ -132,8 +133,10 @@ void
 lg_barrier_checked (struct lg_barrier *b, bool lost)
 {
   pthread_mutex_lock (&b->lock);
-  if (lost)
+  if (lost) {
     b->lost = true;
+    atomic_fetch_add (&b->losses, 1);
+  }
   atomic_fetch_sub (&b->checking, 1);
   pthread_mutex_unlock (&b->lock);
 }
@@ -150,6 +153,7 @@ lg_barrier_lost (struct lg_barrier *b)
     if (ms == 30000) {
       pthread_mutex_lock (&b->lock);
       b->lost = true;
+      atomic_fetch_add (&b->losses, 1);
       pthread_mutex_unlock (&b->lock);
       break;
     }

@@ -36,7 +36,8 @@ struct lg_barrier {
   bool flushing;
   bool lost;            /* a login came while writes were not yet stable */
   atomic_uint checking; /* logins being checked (lg_barrier_login) */
-  uint64_t flushes;     /* flushes sent (for tests and the stats) */
+  atomic_uint_fast64_t losses; /* times lost was set */
+  uint64_t flushes;            /* flushes sent (for tests and the stats) */
 };
 
 void lg_barrier_init (struct lg_barrier *b, struct lg_dev *lower);

@@ -424,6 +424,7 @@ cdev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
   if (lower->ops->counters)
     lower->ops->counters (lower, c);
   c->auth_failures += atomic_load (&((const struct cdev *) d)->auth_failures);
+  c->losses += atomic_load (&((const struct cdev *) d)->bar.losses);
 }
 
 /* Write access taken: the device may have been open (read-only, in the

@@ -359,7 +359,7 @@ lg_dev_revalidate (struct lg_dev *d)
 void
 lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 {
-  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0 };
+  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
 
   if (d->ops->counters)
     d->ops->counters (d, &c);
@@ -385,11 +385,21 @@ lg_dev_set_top (struct lg_dev *d, struct lg_dev *top)
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {
-  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0 };
+  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
 
   if (d->ops->counters)
     d->ops->counters (d, &c);
   return c.auth_failures;
+}
+
+uint64_t
+lg_dev_losses (const struct lg_dev *d)
+{
+  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
+
+  if (d->ops->counters)
+    d->ops->counters (d, &c);
+  return c.losses;
 }
 
 void

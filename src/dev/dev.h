@@ -61,6 +61,9 @@ struct lg_dev_transport {
 struct lg_dev_counters {
   struct lg_dev_transport transport;
   uint64_t auth_failures;
+  /* Logins after which acknowledged, unflushed writes may have been
+   * lost (the target may have restarted with a volatile cache). */
+  uint64_t losses;
 };
 
 /* The counters every device keeps of the requests made to it through the
@@ -219,6 +222,14 @@ bool lg_dev_can_start_rw (const struct lg_dev *d, uint64_t count, uint64_t off);
 /* Units that failed authentication in this device or below; 0 where
  * nothing authenticates. */
 uint64_t lg_dev_auth_failures (const struct lg_dev *d);
+
+/* The count of possible losses (lg_dev_counters.losses).  A flush
+ * reports a loss once, to whichever client flushes first; a front end
+ * with several clients (NBD connections, open files) remembers the count
+ * each has seen, and fails the flush of a client that has not seen the
+ * latest (as the kernel reports a writeback error to every file open
+ * when it happened). */
+uint64_t lg_dev_losses (const struct lg_dev *d);
 
 /* Checks the device again if its transport saw a sign that it changed,
  * or if it was last checked seconds ago (cheap otherwise): 0, or -1 with errno ESHUTDOWN when it is no longer

@@ -351,8 +351,10 @@ idev_check_after_login (void *opaque, struct lg_session *s, int lun)
   }
   ret = lg_dev_reattach (x->top ? x->top : &x->dev, &r.r);
   if (plain) {
-    if (unstable && !(ret == 0 && r.r.target_kept))
+    if (unstable && !(ret == 0 && r.r.target_kept)) {
       atomic_store (&x->vc_lost, true);
+      atomic_fetch_add (&x->vc_losses, 1);
+    }
     atomic_fetch_sub (&x->vc_checking, 1);
   }
   pthread_mutex_unlock (&x->top_lock);

@@ -93,6 +93,7 @@ struct idev {
   atomic_uint vc_inflight, vc_checking;
   atomic_uint_fast64_t vc_done, vc_durable;
   atomic_bool vc_lost;
+  atomic_uint_fast64_t vc_losses; /* times vc_lost was set */
   pthread_mutex_t stripe_lock;
   pthread_cond_t stripe_cond;
   struct stripe rmw[RMW_STRIPES];

@@ -458,6 +458,7 @@ idev_flush_client (struct lg_dev *d)
   for (int ms = 0; atomic_load (&x->vc_checking) > 0; ms++) {
     if (ms == 30000) {
       atomic_store (&x->vc_lost, true);
+      atomic_fetch_add (&x->vc_losses, 1);
       break;
     }
     usleep (1000);
@@ -626,6 +627,9 @@ idev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
   c->transport.retries += lg_pool_retries (x->pool);
   c->transport.timeouts += lg_pool_timeouts (x->pool);
   c->transport.unconfirmed += lg_pool_doubts (x->pool, x->lun);
+  /* A stacked device's losses are the layer above's to count. */
+  if (!atomic_load (&x->stacked))
+    c->losses += atomic_load (&x->vc_losses);
 }
 
 /* Trims, zeroings and compare-and-writes: the blocks they touch are

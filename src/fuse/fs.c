@@ -424,8 +424,19 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     fi->direct_io = 1;
   }
-  else if (the_fs->o.direct_io)
-    fi->direct_io = 1;
+  else {
+    /* The possible losses this open file was told of (fs_fsync). */
+    atomic_uint_fast64_t *seen = malloc (sizeof *seen);
+
+    if (seen == NULL) {
+      fuse_reply_err (req, ENOMEM);
+      return;
+    }
+    atomic_init (seen, lg_dev_losses (nd->dev));
+    fi->fh = (uint64_t) (uintptr_t) seen;
+    if (the_fs->o.direct_io)
+      fi->direct_io = 1;
+  }
   fuse_reply_open (req, fi);
 }
 
@@ -436,6 +447,8 @@ fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
   if (nd && nd->dev == NULL && fi->fh)
     lg_fs_stats_remove (fi->fh);
+  else if (nd && fi->fh)
+    free ((void *) (uintptr_t) fi->fh);
   fuse_reply_err (req, 0);
 }
 
@@ -644,12 +657,32 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
           struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
+  atomic_uint_fast64_t *seen
+      = nd->dev && fi ? (atomic_uint_fast64_t *) (uintptr_t) fi->fh : NULL;
+  uint64_t now;
+  bool told;
 
   (void) datasync;
-  (void) fi;
   if (nd->dev && lg_dev_flush (nd->dev) < 0) {
+    if (seen)
+      atomic_store (seen, lg_dev_losses (nd->dev));
     fuse_reply_err (req, file_errno (errno));
     return;
+  }
+  /* Each file open when writes may have been lost hears of it, as the
+   * kernel reports a writeback error to every such file, not only to
+   * the first that syncs. */
+  if (seen) {
+    now = lg_dev_losses (nd->dev);
+    told = atomic_exchange (seen, now) == now;
+    if (!told) {
+      lg_error ("%s: the target may have restarted, losing writes it had "
+                "acknowledged and not yet flushed (reported to another open "
+                "file first)",
+                nd->dev->name);
+      fuse_reply_err (req, EIO);
+      return;
+    }
   }
   fuse_reply_err (req, 0);
 }
