@@ -531,6 +531,7 @@ add_export (int lun, char *err, size_t errlen)
       md_cache_blocks, &e->info, &e->crypt, err, errlen);
   if (e->dev == NULL)
     return -1;
+  e->dev->loss_tracked = true; /* durable () */
   nexports++;
   return 0;
 }
@@ -975,7 +976,10 @@ lungate_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   struct handle *h = handle;
 
   return reply (
-      h, lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
+      h,
+      durable (h,
+               lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags)),
+               (flags & NBDKIT_FLAG_FUA) != 0));
 }
 
 static int
@@ -984,7 +988,10 @@ lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   struct handle *h = handle;
 
   return reply (
-      h, lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
+      h,
+      durable (h,
+               lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags)),
+               (flags & NBDKIT_FLAG_FUA) != 0));
 }
 
 struct extents_call {

@@ -40,7 +40,7 @@ client_flush (struct cdev *x)
 {
   if (lgc_lower_flush (x) < 0)
     return -1;
-  if (x->ordered && lg_barrier_lost (&x->bar)) {
+  if (x->ordered && lg_barrier_lost (&x->bar) && !x->dev.loss_tracked) {
     lg_error ("%s: the target logged in again before writes it had "
               "acknowledged were flushed: they may be lost (a power cut of "
               "a volatile write cache)",

@@ -171,6 +171,9 @@ struct lg_dev {
   bool follow_resize;
   /* Set by lg_dev_claim: this process may write the device alone. */
   bool claimed;
+  /* Set by the front end: it tells each of its clients of a possible
+   * loss itself (lg_dev_losses); else a flush fails once for it. */
+  bool loss_tracked;
   struct lg_dev_stats stats; /* zeroed with the device */
 };
 

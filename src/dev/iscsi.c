@@ -463,7 +463,7 @@ idev_flush_client (struct lg_dev *d)
     }
     usleep (1000);
   }
-  if (!atomic_exchange (&x->vc_lost, false))
+  if (!atomic_exchange (&x->vc_lost, false) || d->loss_tracked)
     return 0;
   lg_error ("%s: the target logged in again, and may have restarted, "
             "before writes it had acknowledged were flushed: they may be "

@@ -97,6 +97,8 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   snprintf (nd->name, sizeof nd->name, "%s", name);
   nd->dir = dir;
   nd->dev = dev;
+  if (dev)
+    dev->loss_tracked = true; /* fs_fsync */
   return fs->n++;
 }
 
@@ -134,6 +136,15 @@ lg_fs_free (struct lg_fs *fs)
       if (lg_dev_flush (fs->nodes[i].dev) < 0) {
         lg_error ("%s: flush at unmount failed", fs->nodes[i].dev->name);
         failed += !fs->nodes[i].dev->read_only;
+      }
+      /* Files told of a loss at their fsync, or not (fs_fsync): the
+       * unmount says so too. */
+      else if (lg_dev_losses (fs->nodes[i].dev) > 0
+               && !fs->nodes[i].dev->read_only) {
+        lg_error ("%s: the target may have restarted while mounted, losing "
+                  "writes it had acknowledged and not yet flushed",
+                  fs->nodes[i].dev->name);
+        failed++;
       }
       lg_dev_close (fs->nodes[i].dev);
     }
