@@ -17,6 +17,12 @@
 #include "fuse/fs.h"
 
 #define MAX_NODES 1024
+
+/* An open LUN file: the possible losses it was told of. */
+struct ofile {
+  struct ofile *prev, *next;
+  atomic_uint_fast64_t seen;
+};
 #define STATS_NAME ".stats"
 #define LG_FS_PROBE_PREFIX ".lungate-probe-"
 
@@ -54,6 +60,10 @@ struct lg_fs {
   int stats; /* index of .stats */
   time_t mounted;
   pthread_mutex_t alloc_lock; /* every node's alloc; a leaf lock */
+  /* The open LUN files (fi->fh): what each was told (fs_fsync), freed at
+   * its release or, for those still open at the end, by lg_fs_free. */
+  struct ofile *ofiles;
+  pthread_mutex_t ofile_lock; /* ofiles; a leaf lock */
   /* Whole-block requests started and not yet answered (areq_done): the
    * session is not destroyed, nor a device closed, while any is. */
   atomic_uint inflight;

@@ -74,6 +74,7 @@ lg_fs_new (const struct lg_fs_opts *o)
     return NULL;
   fs->o = *o;
   pthread_mutex_init (&fs->alloc_lock, NULL);
+  pthread_mutex_init (&fs->ofile_lock, NULL);
   fs->n = 1;
   fs->nodes[0].parent = -1;
   fs->nodes[0].dir = true;
@@ -149,6 +150,13 @@ lg_fs_free (struct lg_fs *fs)
       lg_dev_close (fs->nodes[i].dev);
     }
   pthread_mutex_destroy (&fs->alloc_lock);
+  while (fs->ofiles != NULL) {
+    struct ofile *o = fs->ofiles;
+
+    fs->ofiles = o->next;
+    free (o);
+  }
+  pthread_mutex_destroy (&fs->ofile_lock);
   free (fs);
   return failed;
 }
@@ -437,14 +445,20 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
   }
   else {
     /* The possible losses this open file was told of (fs_fsync). */
-    atomic_uint_fast64_t *seen = malloc (sizeof *seen);
+    struct ofile *o = calloc (1, sizeof *o);
 
-    if (seen == NULL) {
+    if (o == NULL) {
       fuse_reply_err (req, ENOMEM);
       return;
     }
-    atomic_init (seen, lg_dev_losses (nd->dev));
-    fi->fh = (uint64_t) (uintptr_t) seen;
+    atomic_init (&o->seen, lg_dev_losses (nd->dev));
+    pthread_mutex_lock (&the_fs->ofile_lock);
+    o->next = the_fs->ofiles;
+    if (o->next)
+      o->next->prev = o;
+    the_fs->ofiles = o;
+    pthread_mutex_unlock (&the_fs->ofile_lock);
+    fi->fh = (uint64_t) (uintptr_t) o;
     if (the_fs->o.direct_io)
       fi->direct_io = 1;
   }
@@ -458,8 +472,19 @@ fs_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
   if (nd && nd->dev == NULL && fi->fh)
     lg_fs_stats_remove (fi->fh);
-  else if (nd && fi->fh)
-    free ((void *) (uintptr_t) fi->fh);
+  else if (nd && fi->fh) {
+    struct ofile *o = (struct ofile *) (uintptr_t) fi->fh;
+
+    pthread_mutex_lock (&the_fs->ofile_lock);
+    if (o->prev)
+      o->prev->next = o->next;
+    else
+      the_fs->ofiles = o->next;
+    if (o->next)
+      o->next->prev = o->prev;
+    pthread_mutex_unlock (&the_fs->ofile_lock);
+    free (o);
+  }
   fuse_reply_err (req, 0);
 }
 
@@ -668,8 +693,8 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
           struct fuse_file_info *fi)
 {
   struct node *nd = node_of (ino);
-  atomic_uint_fast64_t *seen
-      = nd->dev && fi ? (atomic_uint_fast64_t *) (uintptr_t) fi->fh : NULL;
+  struct ofile *o = nd->dev && fi ? (struct ofile *) (uintptr_t) fi->fh : NULL;
+  atomic_uint_fast64_t *seen = o ? &o->seen : NULL;
   uint64_t now;
   bool told;
 
