@@ -163,6 +163,8 @@ round held-crypt 5 16M 16M "" "" 1 \
 # blocks the gateway last wrote tell the disks apart.
 round default 6 16M 16M "" "" "" \
   "/1: the LUN changed identity during the outage \(LBA 0 holds other data than this gateway last wrote there, in 3 reads\)"
+# A write held across the outage was not yet flushed: the message also
+# names a lost volatile cache as a possible cause.
 round held-default 7 16M 16M "" "" "" \
-  "/1: the LUN changed identity during the outage \(LBA 0 holds other data than this gateway last wrote there, in 3 reads\)" held
+  "/1: the LUN changed identity during the outage \(LBA 0 holds other data than this gateway last wrote there, in 3 reads; or, as writes to it were not yet flushed, the target restarted and lost them with its volatile write cache\)" held
 echo "test-lun-replaced: ok"
