@@ -63,6 +63,19 @@ n = [x for x in j["nbd"] if sys.argv[4] in x["args"]]
 assert len(n) == 1 and "url=" + sys.argv[5] in n[0]["args"], j["nbd"]
 PY
 
+# A file open on the mount: umount refuses (after asking again for 2 s:
+# a file just closed may hold the mount a moment longer) and names the
+# process that holds it.  (CI run s41fin-b: the umount below failed with
+# "Device or resource busy" once, and nothing said who held the mount.)
+exec 8<"$mnt/lun1"
+if with_timeout 30 "$LUNGATE" umount "$mnt" 2>"$TGT_DIR/busy.err"; then
+  exec 8<&-; fail "umount with a file open succeeded"
+fi
+exec 8<&-
+grep -qF "held by process $$: $mnt/lun1" "$TGT_DIR/busy.err" \
+  || { cat "$TGT_DIR/busy.err"; fail "umount did not name the process holding the mount"; }
+mountpoint -q "$mnt" || fail "a refused umount unmounted"
+
 # A stopped daemon (the second hostile review: status hung for ever on
 # its .stats, and umount would have returned with the daemon still to
 # write back): status answers, umount refuses and leaves the mount.

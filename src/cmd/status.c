@@ -557,8 +557,46 @@ find_mount (const char *dir, char *abs, size_t len)
   return found;
 }
 
+/* Says which processes hold files (or their working directory) under
+ * dir, the reasons fusermount3 -u says the mount is busy. */
+static void
+say_holders (const char *dir)
+{
+  size_t n = strlen (dir);
+  unsigned said = 0;
+  struct dirent *p;
+  DIR *proc = opendir ("/proc");
+
+  if (proc == NULL)
+    return;
+  while (said < 10 && (p = readdir (proc)) != NULL) {
+    char path[300], link[PATH_MAX];
+    struct dirent *f;
+    DIR *fds;
+    ssize_t k;
+
+    if (p->d_name[0] < '1' || p->d_name[0] > '9')
+      continue;
+    snprintf (path, sizeof path, "/proc/%s/fd", p->d_name);
+    if ((fds = opendir (path)) == NULL)
+      continue;
+    while (said < 10 && (f = readdir (fds)) != NULL) {
+      snprintf (path, sizeof path, "/proc/%s/fd/%s", p->d_name, f->d_name);
+      if ((k = readlink (path, link, sizeof link - 1)) <= 0)
+        continue;
+      link[k] = '\0';
+      if (strncmp (link, dir, n) == 0 && (link[n] == '/' || link[n] == '\0')) {
+        lg_error ("%s: held by process %s: %s", dir, p->d_name, link);
+        said++;
+      }
+    }
+    closedir (fds);
+  }
+  closedir (proc);
+}
+
 static int
-run_fusermount (const char *dir)
+run_fusermount (const char *dir, bool quiet)
 {
   pid_t pid = fork ();
   int st;
@@ -568,6 +606,12 @@ run_fusermount (const char *dir)
     return -1;
   }
   if (pid == 0) {
+    if (quiet) {
+      int null = open ("/dev/null", O_WRONLY | O_CLOEXEC);
+
+      if (null >= 0)
+        dup2 (null, STDERR_FILENO);
+    }
     execlp ("fusermount3", "fusermount3", "-u", "--", dir, (char *) NULL);
     lg_error ("fusermount3: %m");
     _exit (127);
@@ -618,9 +662,16 @@ lg_cmd_umount (int argc, char **argv)
     lg_warn ("%s: its daemon is not known (an older lungate): this waits "
              "for the unmount only",
              abs);
-  if (run_fusermount (abs) < 0) {
-    lg_error ("%s: fusermount3 -u failed (a file open there? see above)", abs);
-    return LG_EXIT_FAIL;
+  /* A file just closed may hold the mount a moment longer (its release
+   * in flight): busy is asked again for 2 s before it is an answer. */
+  for (int i = 0; run_fusermount (abs, i < 20) < 0; i++) {
+    if (i == 20) {
+      say_holders (abs);
+      lg_error ("%s: fusermount3 -u failed (a file open there? see above)",
+                abs);
+      return LG_EXIT_FAIL;
+    }
+    usleep (100 * 1000);
   }
   if (pid <= 0) {
     lg_info ("%s: unmounted%s", abs,
