@@ -49,21 +49,21 @@ for lun in 1 2; do
   [ $lun = 2 ] && { kind=encrypted; k=(--key-file "$key"); kp=("key-file=$key"); }
   # The mount: in, then out after a new mount (nothing from the cache).
   head -c $((mb << 20)) /dev/urandom >"$TGT_DIR/in"
-  with_timeout 120 "$LUNGATE" mount --connections 2 --log "$TGT_DIR/mount.log" \
-    "${k[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount.log"; fail "mount LUN $lun"; }
+  with_timeout 120 "$LUNGATE" mount --connections 2 --log "$TGT_DIR/mount-$lun-in.log" \
+    "${k[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount-$lun-in.log"; fail "mount LUN $lun"; }
   s=$(now_ms)
   dd if="$TGT_DIR/in" of="$m/lun$lun" bs=1M conv=fsync,notrunc status=none \
-    || { cat "$TGT_DIR/mount.log"; fail "$kind copy into the mount failed"; }
+    || { cat "$TGT_DIR/mount-$lun-in.log"; fail "$kind copy into the mount failed"; }
   rate "mount, $kind, in" "$s"
-  with_timeout 120 "$LUNGATE" umount "$m" >/dev/null || fail "umount"
-  with_timeout 120 "$LUNGATE" mount --connections 2 --log "$TGT_DIR/mount.log" \
-    "${k[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount.log"; fail "mount LUN $lun again"; }
+  with_timeout 120 "$LUNGATE" umount "$m" >/dev/null || { cat "$TGT_DIR/mount-$lun-in.log"; fail "umount"; }
+  with_timeout 120 "$LUNGATE" mount --connections 2 --log "$TGT_DIR/mount-$lun-out.log" \
+    "${k[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount-$lun-out.log"; fail "mount LUN $lun again"; }
   s=$(now_ms)
   dd if="$m/lun$lun" of="$TGT_DIR/out" bs=1M count="$mb" status=none \
-    || { cat "$TGT_DIR/mount.log"; fail "$kind copy out of the mount failed"; }
+    || { cat "$TGT_DIR/mount-$lun-out.log"; fail "$kind copy out of the mount failed"; }
   rate "mount, $kind, out" "$s"
-  with_timeout 120 "$LUNGATE" umount "$m" >/dev/null || fail "umount"
-  cmp "$TGT_DIR/in" "$TGT_DIR/out" || { cat "$TGT_DIR/mount.log"; fail "the $kind copy through the mount changed on the way"; }
+  with_timeout 120 "$LUNGATE" umount "$m" >/dev/null || { cat "$TGT_DIR/mount-$lun-out.log"; fail "umount"; }
+  cmp "$TGT_DIR/in" "$TGT_DIR/out" || { cat "$TGT_DIR/mount-$lun-out.log"; fail "the $kind copy through the mount changed on the way"; }
 
   # The plugin: in with nbdcopy, out with nbdcopy through a new nbdkit.
   head -c $((mb << 20)) /dev/urandom >"$TGT_DIR/in"

@@ -668,6 +668,9 @@ lungate_default_export (int readonly, int is_tls)
 
   (void) readonly;
   (void) is_tls;
+  /* Captive with nothing open (after_fork): the open says why. */
+  if (nexports == 0)
+    return "";
   snprintf (name, sizeof name, "lun%d", exports[0].info.lun);
   return name;
 }
@@ -678,6 +681,8 @@ find_export (const char *name)
 {
   long lun;
 
+  if (nexports == 0)
+    return NULL;
   if (name[0] == '\0')
     return &exports[0];
   if (strncmp (name, "lun", 3) != 0)

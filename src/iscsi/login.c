@@ -381,6 +381,7 @@ connect_and_login (struct lg_session *s, int64_t deadline, int timeout_s)
   int64_t last = 0;
 
   s->phase = PHASE_CONNECTING;
+  s->open_lost = false;
   if (iscsi_connect_async (s->ctx, s->portal, connect_cb, s) != 0) {
     set_open_error (s, "cannot connect", iscsi_get_error (s->ctx));
     return -1;
@@ -410,6 +411,7 @@ connect_and_login (struct lg_session *s, int64_t deadline, int timeout_s)
 
       set_open_error (s, "connection lost during login",
                       lg_s_why (s, why, sizeof why));
+      s->open_lost = true;
     }
   }
   return s->phase == PHASE_READY ? 0 : s->phase == PHASE_REDIRECTED ? 1 : -1;

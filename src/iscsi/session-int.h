@@ -130,6 +130,9 @@ struct lg_session {
   struct lg_waiter opened;
   enum phase phase; /* loop thread; read by open after wait */
   int open_errno;
+  /* The last login attempt failed because the connection closed during
+   * it (a reset, not an answer): worth another attempt. */
+  bool open_lost;
   char open_err[256];
 
   /* Protects ctx while up, and every field below but the atomics. */

@@ -468,13 +468,37 @@ log_out (struct lg_session *s)
   }
 }
 
+/* The session's first login.  A connection that closes during the login
+ * (a reset on a flaky link, a target restarting) is tried again within
+ * the connect timeout, as open-iscsi does; an answer (a refusal, a wrong
+ * secret), a refused connection or a timeout ends it at once. */
+static int
+first_login (struct lg_session *s)
+{
+  int64_t until = lg_mono_ms () + (int64_t) s->connect_timeout * 1000;
+
+  for (unsigned tries = 1;; tries++) {
+    int64_t left = until - lg_mono_ms ();
+
+    if (lg_s_connect_any (s, tries == 1 ? -1 : left) == 0)
+      return 0;
+    left = until - lg_mono_ms ();
+    if (!s->open_lost || left <= 500 || atomic_load (&s->stopping))
+      return -1;
+    lg_debug ("%s: %s (attempt %u): trying again", s->portal, s->open_err,
+              tries);
+    for (int t = 0; t < 10 && !atomic_load (&s->stopping); t++)
+      nanosleep (&(struct timespec){ 0, 50 * 1000000L }, NULL);
+  }
+}
+
 static void *
 loop (void *arg)
 {
   struct lg_session *s = arg;
   int64_t last = lg_mono_ms ();
 
-  if (lg_s_connect_any (s, -1) < 0) {
+  if (first_login (s) < 0) {
     lg_waiter_done (&s->opened);
     return NULL;
   }

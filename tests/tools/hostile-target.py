@@ -26,6 +26,8 @@ MODES = {
     "good": "well behaved (default)",
     "close-after-login": "close TCP right after the login response that "
     "enters full feature phase",
+    "close-during-login": "close TCP on the first login request of a normal "
+    "session, unanswered (a reset on a flaky link)",
     "truncated-pdu": "first READ: send half a Data-In header, then close",
     "truncated-pdu-stall": "first READ: send half a Data-In header, then "
     "stall (read and ignore everything)",
@@ -535,6 +537,10 @@ class Conn:
                 self.login_reply(pdu, 0x0101, csg, 0,
                                  keys_blob([("TargetAddress", redirect)]))
                 self.closed = True
+                return
+            if self.normal() and self.fire("close-during-login"):
+                self.closed = True
+                self.sock.shutdown(socket.SHUT_RDWR)
                 return
             if self.session == "Normal" and not self.known_target():
                 self.log("login refused: unknown target %r", self.target)
