@@ -92,6 +92,17 @@ across ()
   got=$(cat "$TGT_DIR/across.out")
 }
 power_cut () { tgt_kill; tgt_restart; }
+# cut_when_written NAME WHAT: once the background client (pid cpid)
+# printed "written" in NAME.out, a power cut, then NAME.go lets it go on;
+# its last line is left in got.
+cut_when_written ()
+{
+  for _ in $(seq 100); do grep -q written "$TGT_DIR/$1.out" && break; sleep 0.1; done
+  power_cut
+  touch "$TGT_DIR/$1.go"
+  wait "$cpid" || fail "$2"
+  got=$(tail -n 1 "$TGT_DIR/$1.out")
+}
 
 for lun in 1 2; do
   kind=plain; k=(); [ $lun = 2 ] && { kind=volume; k=("key-file=$key"); }
@@ -160,12 +171,7 @@ for h in (y, x):
 print(" ".join(out), flush=True)
 PY
 cpid=$!
-for _ in $(seq 100); do grep -q written "$TGT_DIR/two.out" && break; sleep 0.1; done
-tgt_kill
-tgt_restart
-touch "$TGT_DIR/two.go"
-wait "$cpid" || fail "the two clients"
-got=$(tail -n 1 "$TGT_DIR/two.out")
+cut_when_written two "the two clients"
 echo "clients after a power cut: flush Z (new), flush Y, flush X: $got"
 case $got in
   "ok errnoEIO errnoEIO") ;;
@@ -202,12 +208,7 @@ for fd in reversed(fds):
 print(" ".join(out), flush=True)
 PY
 cpid=$!
-for _ in $(seq 100); do grep -q written "$TGT_DIR/m2.out" && break; sleep 0.1; done
-tgt_kill
-tgt_restart
-touch "$TGT_DIR/m2.go"
-wait "$cpid" || fail "the two files"
-got=$(tail -n 1 "$TGT_DIR/m2.out")
+cut_when_written m2 "the two files"
 echo "two open files after a power cut: fsync B, fsync A: $got"
 case $got in
   *ok*) cat "$TGT_DIR/m2.log"; fail "an open file's fsync after a power cut said ok: its lost write was taken for stable" ;;
@@ -229,8 +230,7 @@ if libc.sync_file_range(fd, ctypes.c_longlong(12 * 4096), ctypes.c_longlong(4096
     sys.exit("sync_file_range: " + os.strerror(ctypes.get_errno()))
 os.close(fd)
 PY
-tgt_kill
-tgt_restart
+power_cut
 if with_timeout 120 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1; then
   cat "$TGT_DIR/umount.out" "$TGT_DIR/mount.log"
   fail "lungate umount exited 0 although the mount's final flush failed after a power cut"

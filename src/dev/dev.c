@@ -356,14 +356,21 @@ lg_dev_revalidate (struct lg_dev *d)
   return d->ops->revalidate ? d->ops->revalidate (d) : 0;
 }
 
-void
-lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+/* The stack's counters: zero where the device keeps none. */
+static struct lg_dev_counters
+counters_of (const struct lg_dev *d)
 {
   struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
 
   if (d->ops->counters)
     d->ops->counters (d, &c);
-  *t = c.transport;
+  return c;
+}
+
+void
+lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
+{
+  *t = counters_of (d).transport;
 }
 
 int
@@ -385,21 +392,13 @@ lg_dev_set_top (struct lg_dev *d, struct lg_dev *top)
 uint64_t
 lg_dev_auth_failures (const struct lg_dev *d)
 {
-  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
-
-  if (d->ops->counters)
-    d->ops->counters (d, &c);
-  return c.auth_failures;
+  return counters_of (d).auth_failures;
 }
 
 uint64_t
 lg_dev_losses (const struct lg_dev *d)
 {
-  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
-
-  if (d->ops->counters)
-    d->ops->counters (d, &c);
-  return c.losses;
+  return counters_of (d).losses;
 }
 
 void
