@@ -262,10 +262,9 @@ ready (struct lg_fs *fs, void *opaque)
   return 0;
 }
 
-/* Signalled (now false): the write-back waits for a target at most
- * LG_FS_STOP_BUDGET_S.  Unmounted, or signalled and written back: what
- * still waits for a target fails now rather than after the outage
- * budget. */
+/* Signalled, unmounted, or signalled and written back (now false): what
+ * waits for a target, the final flush too, waits at most
+ * LG_FS_STOP_BUDGET_S.  Signalled again (now): it fails at once. */
 static void
 stopping (void *opaque, bool now)
 {

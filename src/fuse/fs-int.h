@@ -72,7 +72,7 @@ struct lg_fs {
   struct fuse_session *se;
   const char *dir;    /* the mount point, for syncfs at a signal */
   pthread_t main_tid; /* in fuse_session_loop_mt */
-  atomic_bool serving, stopped;
+  atomic_bool serving, stopped, abandoned; /* stop_once */
   /* Whether the path reaches the mount (run.c's reaches_us): the last
    * probe name's number fs_lookup saw; the path did not reach it at a
    * signal; another signal came since; the loop may end with an

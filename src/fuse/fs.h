@@ -25,12 +25,14 @@ struct lg_fs_opts {
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);
 
-/* fn (opaque, true) runs once when the file system stops serving
- * (unmounted, signalled twice, or signalled and written back), before the
- * requests still in flight are waited for: the mount fails what waits for
- * a target that is gone there.  fn (opaque, false) runs first on a
- * signal, before the write-back of what the kernel caches: the mount
- * shortens its waits for the target there (LG_FS_STOP_BUDGET_S). */
+/* fn (opaque, false) runs on a signal, before the write-back of what the
+ * kernel caches, and when the file system stops serving (unmounted, or
+ * signalled and written back), before the requests still in flight and
+ * the final flush are waited for: the mount shortens its waits for the
+ * target there (LG_FS_STOP_BUDGET_S), so that a target that is gone does
+ * not hold the end for the whole outage budget, and a link that stalls
+ * for a moment does not fail the final flush.  fn (opaque, true) runs
+ * once on a second signal: what waits for a target fails at once. */
 void lg_fs_on_stop (struct lg_fs *fs, void (*fn) (void *opaque, bool now),
                     void *opaque);
 

@@ -50,11 +50,18 @@ drain (struct lg_fs *fs)
   }
 }
 
+/* The file system stops serving: what still waits for a target waits at
+ * most the stop budget (on_stop false: the final flush then survives a
+ * link that stalls for a moment); now (a second signal): it fails at
+ * once. */
 static void
-stop_once (struct lg_fs *fs)
+stop_once (struct lg_fs *fs, bool now)
 {
-  if (fs->on_stop && !atomic_exchange (&fs->stopped, true))
-    fs->on_stop (fs->stop_opaque, true);
+  if (fs->on_stop == NULL)
+    return;
+  if (now ? !atomic_exchange (&fs->abandoned, true)
+          : !atomic_exchange (&fs->stopped, true))
+    fs->on_stop (fs->stop_opaque, now);
 }
 
 /* ---- signals while serving ----
@@ -353,7 +360,7 @@ wait_reachable (struct lg_fs *fs)
                "now; what files still open have not written back is lost",
                fs->dir);
       atomic_store (&fs->unmount_ok, false);
-      stop_once (fs);
+      stop_once (fs, true);
       end_loop (fs);
       return -1;
     }
@@ -387,7 +394,7 @@ sync_and_exit (void *arg)
     lg_warn ("%s: second signal: no longer waiting for the target; what "
              "is not written back yet is lost",
              fs->dir);
-    stop_once (fs);
+    stop_once (fs, true);
   }
   /* Only now the shorter budget of a stop (on_stop): a detached mount
    * serves on with its own. */
@@ -400,7 +407,7 @@ sync_and_exit (void *arg)
    * same): the unmount by the path would take the cover. */
   if (!still_ours (fs))
     atomic_store (&fs->unmount_ok, false);
-  stop_once (fs);
+  stop_once (fs, false);
   end_loop (fs);
   return NULL;
 }
@@ -421,7 +428,7 @@ watch_exit (void *arg)
     unsigned char c;
 
     if (fuse_session_exited (fs->se)) {
-      stop_once (fs);
+      stop_once (fs, false);
       break;
     }
     if (poll (&pfd, 1, 100) <= 0 || read (sig_pipe[0], &c, 1) != 1 || c == 0)
@@ -434,7 +441,7 @@ watch_exit (void *arg)
       lg_warn ("%s: second signal (SIG%s): no longer waiting for the "
                "target; what is not written back yet is lost",
                fs->dir, sigabbrev_np (c));
-      stop_once (fs);
+      stop_once (fs, true);
       continue;
     }
     lg_info ("%s: signalled (SIG%s): writing back what is cached, then "
@@ -695,7 +702,7 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   else
     fuse_remove_signal_handlers (se);
   fuse_loop_cfg_destroy (cfg);
-  stop_once (fs);
+  stop_once (fs, false);
   drain (fs);
   /* Stopped while the path did not reach our mount and its connection
    * lives (wait_reachable): libfuse's unmount would take whatever is at

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A link that stalls for a moment (Wi-Fi) while a mount ends: the final
+# flush waits for the target as a signalled mount's write-back does
+# (LG_FS_STOP_BUDGET_S), and lungate umount exits 0.  It gave up after
+# 1 s without an answer and reported "could not be written back or
+# flushed at the end: data may be lost" (seen in test-flaky-link).  The
+# stall here is tgtd stopped (SIGSTOP) for 3 s from just before the
+# unmount; a target that stays away still fails the unmount, in bounded
+# time, with that report.
+. "${srcdir:-.}/functions.sh"
+require_lungate
+require fusermount3 mountpoint
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+tgt_start
+t=iqn.2026-12.org.lungate:umountstall
+tgt_add_target 1 "$t"
+tgt_add_lun 1 1 16M
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t/1"
+m=$TGT_DIR/m
+mount_points "$m"
+cont () { [ -z "$TGT_PID" ] || kill -CONT "$TGT_PID" 2>/dev/null || true; }
+on_exit cont
+
+for kind in written read; do
+  "$LUNGATE" mount --log "$TGT_DIR/mount-$kind.log" "$url" "$m" || fail "mount"
+  if [ "$kind" = written ]; then
+    head -c 4M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
+      || fail "write"
+  else
+    dd if="$m/lun1" of=/dev/null bs=1M status=none || fail "read"
+  fi
+  kill -STOP "$TGT_PID"
+  (sleep 3; kill -CONT "$TGT_PID") &
+  sp=$!
+  rc=0
+  with_timeout 60 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1 || rc=$?
+  wait "$sp"
+  if [ "$rc" -ne 0 ]; then
+    cat "$TGT_DIR/umount.out" "$TGT_DIR/mount-$kind.log"
+    fail "$kind: a 3 s stall during the unmount failed it (exit $rc)"
+  fi
+  echo "$kind: unmounted across a 3 s stall: $(cat "$TGT_DIR/umount.out")"
+done
+
+# A target that does not come back: the unmount ends, reporting the
+# failed flush, within the stop budget (not the 60 s outage budget).
+"$LUNGATE" mount --log "$TGT_DIR/mount-gone.log" "$url" "$m" || fail "mount"
+head -c 1M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
+  || fail "write"
+kill -STOP "$TGT_PID"
+s=$(date +%s)
+rc=0
+with_timeout 60 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1 || rc=$?
+e=$(( $(date +%s) - s ))
+kill -CONT "$TGT_PID"
+[ "$rc" -eq 1 ] || { cat "$TGT_DIR/umount.out"; fail "a target gone at the unmount: exit $rc, not 1"; }
+grep -q "could not be written back or flushed" "$TGT_DIR/umount.out" \
+  || { cat "$TGT_DIR/umount.out"; fail "a target gone at the unmount: no report of the failed flush"; }
+echo "target gone: the unmount failed after $e s, saying so"
+echo "test-umount-stall: ok"
