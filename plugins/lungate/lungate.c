@@ -61,6 +61,7 @@ static char *key_dir;
 /* stats-file=: where the counters are written too (absolute). */
 static char *stats_file;
 static size_t md_cache_blocks; /* 0: the crypt layer's default */
+static size_t read_ahead = LG_READ_AHEAD_DEFAULT; /* readahead= */
 
 /* After after_fork: the pool and one device stack per exported LUN. */
 struct export
@@ -355,6 +356,18 @@ lungate_config (const char *key, const char *value)
     md_cache_blocks = (size_t) (sz / LG_MD_BLOCK);
     return 0;
   }
+  if (strcmp (key, "readahead") == 0) {
+    int64_t sz = nbdkit_parse_size (value);
+
+    if (sz < 0)
+      return -1;
+    if (sz != 0 && (sz < LG_READ_AHEAD_MIN || sz > LG_READ_AHEAD_MAX)) {
+      nbdkit_error ("readahead: 0 (none), or from 256K to 1G");
+      return -1;
+    }
+    read_ahead = (size_t) sz;
+    return 0;
+  }
   if (strcmp (key, "takeover") == 0 || strcmp (key, "shared") == 0) {
     unsigned flag = key[0] == 't' ? LG_CLAIM_TAKEOVER : LG_CLAIM_SHARED;
     int b = nbdkit_parse_bool (value);
@@ -468,6 +481,8 @@ lungate_config_complete (void)
   "passphrase=SECRET    Passphrase of a lungate-formatted LUN\n"               \
   "                     (-: prompt, +FILE, -FD).\n"                            \
   "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
+  "readahead=SIZE       Read up to SIZE ahead of a client that reads in\n"     \
+  "                     order, per LUN (default 8M; 0: none).\n"               \
   "stats-file=PATH      Write the counters there too, on SIGUSR1 and at "      \
   "exit.\n"                                                                    \
   "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n"  \
@@ -532,6 +547,9 @@ add_export (int lun, char *err, size_t errlen)
   if (e->dev == NULL)
     return -1;
   e->dev->loss_tracked = true; /* durable () */
+  /* Out of memory it only reads nothing ahead. */
+  if (lg_dev_read_ahead (e->dev, read_ahead) < 0)
+    nbdkit_debug ("%s: no read-ahead: %m", e->dev->name);
   nexports++;
   return 0;
 }

@@ -33,6 +33,7 @@ enum {
   OPT_KEY_DIR,
   OPT_LOG,
   OPT_STRICT,
+  OPT_READ_AHEAD,
 };
 
 static const char usage[]
@@ -62,6 +63,8 @@ static const char usage[]
       "  --shared                     plain LUNs: no exclusive write access\n"
       "                               (cluster file systems; refused for\n"
       "                               lungate volumes)\n"
+      "  --read-ahead SIZE            read up to SIZE ahead of a reader that\n"
+      "                               goes forward (default 8M; 0: none)\n"
       "  --nonempty                   mount on a directory that is not empty\n"
       "  --strict                     a target or portal URL: fail when a\n"
       "                               disk LUN or a target cannot be mounted\n"
@@ -541,6 +544,19 @@ mount_option (struct mount_args *a, int c, const char *arg)
   case OPT_STRICT:
     a->strict = true;
     return 0;
+  case OPT_READ_AHEAD: {
+    uint64_t sz;
+
+    if (lg_parse_size (arg, &sz) < 0
+        || (sz != 0 && (sz < LG_READ_AHEAD_MIN || sz > LG_READ_AHEAD_MAX))) {
+      lg_error ("--read-ahead: 0 (none), or a size from 256K to 1G, not "
+                "'%s'",
+                arg);
+      return -1;
+    }
+    a->fo.read_ahead = (size_t) sz;
+    return 0;
+  }
   case OPT_KEY_DIR:
     a->tab.dir = arg;
     return 0;
@@ -563,6 +579,7 @@ mount_own_option (void *args, int c, const char *arg)
   case OPT_GID:
   case OPT_NONEMPTY:
   case OPT_STRICT:
+  case OPT_READ_AHEAD:
   case OPT_KEY_DIR:
     if (mount_option (a, c, arg) < 0)
       return LG_EXIT_USAGE; /* a malformed value */
@@ -594,6 +611,7 @@ parse_args (int argc, char **argv, struct mount_args *a)
     { "shared", no_argument, NULL, OPT_SHARED },
     { "nonempty", no_argument, NULL, OPT_NONEMPTY },
     { "strict", no_argument, NULL, OPT_STRICT },
+    { "read-ahead", required_argument, NULL, OPT_READ_AHEAD },
     { "key-dir", required_argument, NULL, OPT_KEY_DIR },
     { "log", required_argument, NULL, OPT_LOG },
     { "help", no_argument, NULL, 'h' },
@@ -667,8 +685,11 @@ int
 lg_cmd_mount (int argc, char **argv)
 {
   struct mount_args a = {
-    .fo
-    = { .file_mode = 0600, .uid = getuid (), .gid = getgid (), .log_fd = -1 },
+    .fo = { .file_mode = 0600,
+            .uid = getuid (),
+            .gid = getgid (),
+            .log_fd = -1,
+            .read_ahead = LG_READ_AHEAD_DEFAULT },
     .connections = 4,
   };
   struct lg_url u = { 0 };

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dev/dev.h"
+#include "dev/ra.h"
 #include "util/log.h"
 
 static int
@@ -129,6 +130,8 @@ lg_dev_stats_print (const struct lg_dev *d, FILE *f)
            lg_dev_auth_failures (d), lg_hist_quantile (&st->latency, 0.50),
            lg_hist_quantile (&st->latency, 0.99),
            lg_hist_quantile (&st->latency, 0.999));
+  if (d->ra)
+    lg_ra_stats_print (d->ra, f);
 #undef LD
 }
 
@@ -142,7 +145,45 @@ lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   if (count == 0)
     return 0;
   t0 = lg_dev_now_us ();
+  if (d->ra) {
+    int r = lg_ra_read (d->ra, buf, count, off);
+
+    if (r != 0)
+      return account (d, LG_OP_READ, count, t0, r < 0 ? -1 : 0);
+  }
   return account (d, LG_OP_READ, count, t0, d->ops->pread (d, buf, count, off));
+}
+
+/* A write, trim or zero of [off, off+count) starts or ended: the chunks
+ * read ahead over it may hold either version (ra.h). */
+static void
+changing (struct lg_dev *d, uint64_t count, uint64_t off)
+{
+  if (d->ra)
+    lg_ra_drop (d->ra, count ? count : 1, off);
+}
+
+/* The result r of a change of [off, off+count), after it ended. */
+static int
+changed (struct lg_dev *d, uint64_t count, uint64_t off, int r)
+{
+  int saved = errno;
+
+  changing (d, count, off);
+  errno = saved;
+  return r;
+}
+
+int
+lg_dev_read_ahead (struct lg_dev *d, size_t max)
+{
+  struct lg_ra *ra = NULL;
+
+  if (max && (ra = lg_ra_new (d, max)) == NULL)
+    return -1;
+  lg_ra_free (d->ra);
+  d->ra = ra;
+  return 0;
 }
 
 int
@@ -178,8 +219,10 @@ lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   if (count == 0)
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
   t0 = lg_dev_now_us ();
-  return account (d, LG_OP_WRITE, count, t0,
-                  d->ops->pwrite (d, buf, count, off, flags));
+  changing (d, count, off);
+  return account (
+      d, LG_OP_WRITE, count, t0,
+      changed (d, count, off, d->ops->pwrite (d, buf, count, off, flags)));
 }
 
 int
@@ -196,8 +239,10 @@ lg_dev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
       || check_range (d, "compare and write", count, off) < 0)
     return account (d, LG_OP_WRITE, 0, 0, -1);
   t0 = lg_dev_now_us ();
+  changing (d, count, off);
   return account (d, LG_OP_WRITE, count, t0,
-                  d->ops->compare_write (d, expect, buf, count, off));
+                  changed (d, count, off,
+                           d->ops->compare_write (d, expect, buf, count, off)));
 }
 
 int
@@ -218,7 +263,9 @@ lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   /* Trim is advisory: a device that cannot does nothing, correctly. */
   if (d->ops->trim == NULL || !d->can_trim)
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
-  return account (d, LG_OP_TRIM, count, 0, d->ops->trim (d, count, off, flags));
+  changing (d, count, off);
+  return account (d, LG_OP_TRIM, count, 0,
+                  changed (d, count, off, d->ops->trim (d, count, off, flags)));
 }
 
 int
@@ -228,7 +275,9 @@ lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     return account (d, LG_OP_ZERO, 0, 0, -1);
   if (count == 0)
     return 0;
-  return account (d, LG_OP_ZERO, count, 0, d->ops->zero (d, count, off, flags));
+  changing (d, count, off);
+  return account (d, LG_OP_ZERO, count, 0,
+                  changed (d, count, off, d->ops->zero (d, count, off, flags)));
 }
 
 int
@@ -288,8 +337,12 @@ lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
 void
 lg_dev_close (struct lg_dev *d)
 {
-  if (d)
-    d->ops->close (d);
+  if (d == NULL)
+    return;
+  /* Its workers read through d. */
+  lg_ra_free (d->ra);
+  d->ra = NULL;
+  d->ops->close (d);
 }
 
 /* A started request, to be counted when it completes. */
@@ -299,7 +352,7 @@ struct counted {
   void *opaque;
   bool write;
   size_t count;
-  uint64_t start_us;
+  uint64_t start_us, off;
 };
 
 static void
@@ -308,6 +361,8 @@ counted_done (void *opaque, int err)
   struct counted c = *(struct counted *) opaque;
 
   free (opaque);
+  if (c.write)
+    changing (c.d, c.count, c.off);
   tally (c.d, c.write ? LG_OP_WRITE : LG_OP_READ, c.count, c.start_us, err);
   c.done (c.opaque, err);
 }
@@ -326,10 +381,25 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
     errno = ENOTSUP;
     return -1;
   }
+  if (d->ra && !write) {
+    int r = lg_ra_try_read (d->ra, buf, count, off);
+
+    if (r == 1) {
+      tally (d, LG_OP_READ, count, lg_dev_now_us (), 0);
+      done (opaque, 0);
+      return 0;
+    }
+    if (r == 2) {
+      errno = ENOTSUP; /* being read ahead: pread waits for it */
+      return -1;
+    }
+  }
   c = malloc (sizeof *c);
   if (c == NULL)
     return -1;
-  *c = (struct counted){ d, done, opaque, write, count, lg_dev_now_us () };
+  *c = (struct counted){ d, done, opaque, write, count, lg_dev_now_us (), off };
+  if (write)
+    changing (d, count, off);
   if (d->ops->start_rw (d, write, buf, count, off, flags, counted_done, c)
       < 0) {
     int e = errno;
@@ -376,6 +446,10 @@ lg_dev_transport (const struct lg_dev *d, struct lg_dev_transport *t)
 int
 lg_dev_reattach (struct lg_dev *d, struct lg_dev_reader *r)
 {
+  /* The target may have lost what it had cached, or the LUN changed:
+   * nothing read before this login is served after it. */
+  if (d->ra)
+    lg_ra_drop (d->ra, 0, 0);
   return d->ops->reattach ? d->ops->reattach (d, r) : 0;
 }
 

@@ -175,6 +175,9 @@ struct lg_dev {
    * loss itself (lg_dev_losses); else a flush fails once for it. */
   bool loss_tracked;
   struct lg_dev_stats stats; /* zeroed with the device */
+  /* Read-ahead at this device, the top of its stack (lg_dev_read_ahead):
+   * the checked entry points use it. */
+  struct lg_ra *ra;
 };
 
 /* The checked entry points.  Each returns 0, or -1 with errno set (one of
@@ -288,6 +291,15 @@ int lg_dev_claim (struct lg_dev *d, unsigned flags, char *err, size_t errlen);
  * gateway holds the LUN for writing, a warning says what reading beside
  * a writer means.  Nothing where the device has no claims. */
 void lg_dev_note_reader (struct lg_dev *d);
+
+/* Reads ahead of a reader that goes forward through d, at most max bytes
+ * (dev/ra.h); 0 reads nothing ahead.  For the top of a stack, by its
+ * front end, before the first request.  0, or -1 with errno (EINVAL: max
+ * is below two chunks; ENOMEM). */
+#define LG_READ_AHEAD_DEFAULT (8u << 20)
+#define LG_READ_AHEAD_MIN (256u << 10) /* what the front ends accept */
+#define LG_READ_AHEAD_MAX (1u << 30)
+int lg_dev_read_ahead (struct lg_dev *d, size_t max);
 
 /* Microseconds on the monotonic clock. */
 uint64_t lg_dev_now_us (void);

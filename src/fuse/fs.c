@@ -98,8 +98,12 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   snprintf (nd->name, sizeof nd->name, "%s", name);
   nd->dir = dir;
   nd->dev = dev;
-  if (dev)
+  if (dev) {
     dev->loss_tracked = true; /* fs_fsync */
+    /* Out of memory it only reads nothing ahead. */
+    if (lg_dev_read_ahead (dev, fs->o.read_ahead) < 0)
+      lg_warn ("%s: no read-ahead: %m", dev->name);
+  }
   return fs->n++;
 }
 

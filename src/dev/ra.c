@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Read-ahead for the top of a stack: see ra.h.  One stream per device:
+ * the position a reader reached (next), the bytes it read in order
+ * (seq), the window it has earned (window).  The chunks are aligned to
+ * their size; a chunk is free, queued for a worker, being read, ready,
+ * or failed.  A chunk dropped while being read is marked stale and freed
+ * when its read ends. */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dev/dev.h"
+#include "dev/ra.h"
+#include "util/hooks.h"
+#include "util/log.h"
+
+#define RA_CHUNK (1u << 20)
+/* Bytes read in order before anything is read ahead. */
+#define RA_TRIGGER (256u << 10)
+#define RA_WORKERS 4
+#define RA_MAX_AGE_MS 2000
+
+enum cstate { C_FREE, C_QUEUED, C_READING, C_READY, C_FAILED };
+
+struct chunk {
+  enum cstate st;
+  bool stale, used;
+  uint64_t off;
+  size_t len;
+  uint64_t ready_ms;
+  uint8_t *buf;
+};
+
+struct lg_ra {
+  struct lg_dev *d;
+  pthread_mutex_t lock;
+  pthread_cond_t work, done;
+  size_t chunk, n;
+  struct chunk *c;
+  pthread_t th[RA_WORKERS];
+  unsigned nth;
+  bool stopping, started;
+  uint64_t max_age_ms;
+  uint64_t next, seq, window;
+  atomic_uint_fast64_t hits, read_bytes, used_bytes, wasted_bytes;
+};
+
+static uint64_t
+now_ms (void)
+{
+  return lg_dev_now_us () / 1000;
+}
+
+struct lg_ra *
+lg_ra_new (struct lg_dev *d, size_t max)
+{
+  struct lg_ra *ra;
+  size_t chunk = RA_CHUNK, bs = d->block_size ? d->block_size : 512;
+  const char *age;
+
+  if (max / 2 < chunk)
+    chunk = max / 2;
+  chunk -= chunk % bs;
+  if (chunk == 0 || max / chunk < 2) {
+    errno = EINVAL;
+    return NULL;
+  }
+  ra = calloc (1, sizeof *ra);
+  if (ra == NULL)
+    return NULL;
+  ra->n = max / chunk;
+  ra->c = calloc (ra->n, sizeof *ra->c);
+  if (ra->c == NULL) {
+    free (ra);
+    return NULL;
+  }
+  ra->d = d;
+  ra->chunk = chunk;
+  ra->max_age_ms = RA_MAX_AGE_MS;
+  /* Tests stretch it, so that only a reattach can drop a chunk. */
+  if ((age = lg_test_hook ("LUNGATE_TEST_RA_AGE_MS")) != NULL)
+    ra->max_age_ms = strtoull (age, NULL, 10);
+  ra->window = 2 * chunk;
+  pthread_mutex_init (&ra->lock, NULL);
+  pthread_cond_init (&ra->work, NULL);
+  pthread_cond_init (&ra->done, NULL);
+  return ra;
+}
+
+void
+lg_ra_free (struct lg_ra *ra)
+{
+  if (ra == NULL)
+    return;
+  pthread_mutex_lock (&ra->lock);
+  ra->stopping = true;
+  pthread_cond_broadcast (&ra->work);
+  pthread_mutex_unlock (&ra->lock);
+  for (unsigned i = 0; i < ra->nth; i++)
+    pthread_join (ra->th[i], NULL);
+  for (size_t i = 0; i < ra->n; i++)
+    free (ra->c[i].buf);
+  free (ra->c);
+  pthread_cond_destroy (&ra->work);
+  pthread_cond_destroy (&ra->done);
+  pthread_mutex_destroy (&ra->lock);
+  free (ra);
+}
+
+/* Frees chunk c (ra->lock held), counting what was read and never used. */
+static void
+release (struct lg_ra *ra, struct chunk *c)
+{
+  if (c->st == C_READING) {
+    c->stale = true;
+    return;
+  }
+  if (c->st == C_READY && !c->used)
+    atomic_fetch_add (&ra->wasted_bytes, c->len);
+  c->st = C_FREE;
+  c->stale = c->used = false;
+}
+
+static bool
+expired (const struct lg_ra *ra, const struct chunk *c, uint64_t now)
+{
+  return c->st == C_READY && now - c->ready_ms > ra->max_age_ms;
+}
+
+/* The live chunk at off, or NULL. */
+static struct chunk *
+find (struct lg_ra *ra, uint64_t off)
+{
+  for (size_t i = 0; i < ra->n; i++) {
+    struct chunk *c = &ra->c[i];
+
+    if (c->st != C_FREE && !c->stale && c->off == off)
+      return c;
+  }
+  return NULL;
+}
+
+/* A slot for a new chunk: free, or one the stream left behind, or one
+ * that expired or failed; NULL when every slot is still ahead. */
+static struct chunk *
+slot (struct lg_ra *ra, uint64_t now)
+{
+  struct chunk *best = NULL;
+
+  for (size_t i = 0; i < ra->n; i++) {
+    struct chunk *c = &ra->c[i];
+
+    if (c->st == C_FREE)
+      return c;
+    if (c->st == C_READING || c->st == C_QUEUED)
+      continue;
+    if (c->st == C_FAILED || expired (ra, c, now)
+        || c->off + c->len + ra->chunk <= ra->next)
+      best = c;
+  }
+  if (best)
+    release (ra, best);
+  return best && best->st == C_FREE ? best : NULL;
+}
+
+static void *worker (void *arg);
+
+/* Queues the chunks of the window ahead of the stream (ra->lock held). */
+static void
+schedule (struct lg_ra *ra)
+{
+  uint64_t size = lg_dev_size (ra->d), now = now_ms ();
+  uint64_t o = ra->next - ra->next % ra->chunk;
+  uint64_t end = ra->next + ra->window;
+  bool queued = false;
+
+  for (; o < end && o < size; o += ra->chunk) {
+    struct chunk *c = find (ra, o);
+
+    if (c && c->st != C_FAILED && !expired (ra, c, now))
+      continue;
+    if (c)
+      release (ra, c);
+    if ((c = slot (ra, now)) == NULL)
+      break;
+    if (c->buf == NULL && (c->buf = malloc (ra->chunk)) == NULL)
+      break;
+    c->st = C_QUEUED;
+    c->off = o;
+    c->len = size - o < ra->chunk ? (size_t) (size - o) : ra->chunk;
+    queued = true;
+  }
+  if (!queued)
+    return;
+  if (!ra->started) {
+    ra->started = true;
+    for (unsigned i = 0; i < RA_WORKERS; i++)
+      if (pthread_create (&ra->th[ra->nth], NULL, worker, ra) == 0)
+        ra->nth++;
+  }
+  if (ra->nth == 0) {
+    /* No thread to read them: nothing is read ahead. */
+    for (size_t i = 0; i < ra->n; i++)
+      if (ra->c[i].st == C_QUEUED)
+        release (ra, &ra->c[i]);
+    return;
+  }
+  pthread_cond_broadcast (&ra->work);
+}
+
+static void *
+worker (void *arg)
+{
+  struct lg_ra *ra = arg;
+
+  pthread_mutex_lock (&ra->lock);
+  while (!ra->stopping) {
+    struct chunk *c = NULL;
+    int r;
+
+    for (size_t i = 0; i < ra->n; i++)
+      if (ra->c[i].st == C_QUEUED && (c == NULL || ra->c[i].off < c->off))
+        c = &ra->c[i];
+    if (c == NULL) {
+      pthread_cond_wait (&ra->work, &ra->lock);
+      continue;
+    }
+    c->st = C_READING;
+    pthread_mutex_unlock (&ra->lock);
+    r = ra->d->ops->pread (ra->d, c->buf, c->len, c->off);
+    pthread_mutex_lock (&ra->lock);
+    atomic_fetch_add (&ra->read_bytes, c->len);
+    c->st = r == 0 ? C_READY : C_FAILED;
+    c->ready_ms = now_ms ();
+    if (c->stale)
+      release (ra, c);
+    pthread_cond_broadcast (&ra->done);
+  }
+  pthread_mutex_unlock (&ra->lock);
+  return NULL;
+}
+
+/* Follows the stream (ra->lock held): a read near where the last one
+ * ended goes on (FUSE and NBD requests may come a little out of order),
+ * any other starts again. */
+static void
+note (struct lg_ra *ra, size_t count, uint64_t off)
+{
+  uint64_t end = off + count;
+  uint64_t slack = 2 * (uint64_t) ra->chunk;
+
+  if (ra->seq && off + slack >= ra->next && off <= ra->next + slack) {
+    ra->seq += count;
+    if (end > ra->next)
+      ra->next = end;
+  }
+  else {
+    ra->seq = count;
+    ra->next = end;
+    ra->window = 2 * ra->chunk;
+  }
+  if (ra->seq >= RA_TRIGGER)
+    schedule (ra);
+}
+
+enum look { MISS, WAIT, HIT };
+
+/* Whether the chunks hold all of [off, off+count) (ra->lock held). */
+static enum look
+look (struct lg_ra *ra, size_t count, uint64_t off)
+{
+  uint64_t now = now_ms (), end = off + count;
+  enum look r = HIT;
+
+  for (uint64_t o = off - off % ra->chunk; o < end; o += ra->chunk) {
+    struct chunk *c = find (ra, o);
+
+    if (c == NULL || c->st == C_FAILED || expired (ra, c, now)
+        || c->off + c->len < (end < o + ra->chunk ? end : o + ra->chunk))
+      return MISS;
+    if (c->st != C_READY)
+      r = WAIT;
+  }
+  return r;
+}
+
+/* Copies [off, off+count) out of the chunks (ra->lock held, look said
+ * HIT), and lets the window grow. */
+static void
+copy_out (struct lg_ra *ra, uint8_t *buf, size_t count, uint64_t off)
+{
+  uint64_t end = off + count;
+
+  for (uint64_t o = off; o < end;) {
+    struct chunk *c = find (ra, o - o % ra->chunk);
+    uint64_t in = o - c->off;
+    size_t n = (size_t) (c->len - in < end - o ? c->len - in : end - o);
+
+    memcpy (buf + (o - off), c->buf + in, n);
+    c->used = true;
+    o += n;
+  }
+  atomic_fetch_add (&ra->hits, 1);
+  atomic_fetch_add (&ra->used_bytes, count);
+  if (ra->window < ra->n * ra->chunk) {
+    ra->window *= 2;
+    if (ra->window > ra->n * ra->chunk)
+      ra->window = ra->n * ra->chunk;
+  }
+}
+
+static bool
+any_live (struct lg_ra *ra)
+{
+  for (size_t i = 0; i < ra->n; i++)
+    if (ra->c[i].st != C_FREE)
+      return true;
+  return false;
+}
+
+static int
+serve (struct lg_ra *ra, void *buf, size_t count, uint64_t off, bool wait)
+{
+  enum look l;
+  bool live;
+
+  pthread_mutex_lock (&ra->lock);
+  live = any_live (ra);
+  pthread_mutex_unlock (&ra->lock);
+  /* What the chunks hold is served only while the device is the one
+   * opened (a LUN swapped under a running session). */
+  if (live && wait && lg_dev_revalidate (ra->d) < 0) {
+    int saved = errno;
+
+    lg_ra_drop (ra, 0, 0);
+    errno = saved;
+    return -1;
+  }
+  pthread_mutex_lock (&ra->lock);
+  note (ra, count, off);
+  while ((l = look (ra, count, off)) == WAIT && wait)
+    pthread_cond_wait (&ra->done, &ra->lock);
+  if (l == HIT)
+    copy_out (ra, buf, count, off);
+  pthread_mutex_unlock (&ra->lock);
+  return l == HIT ? 1 : l == WAIT ? 2 : 0;
+}
+
+int
+lg_ra_read (struct lg_ra *ra, void *buf, size_t count, uint64_t off)
+{
+  return serve (ra, buf, count, off, true);
+}
+
+int
+lg_ra_try_read (struct lg_ra *ra, void *buf, size_t count, uint64_t off)
+{
+  return serve (ra, buf, count, off, false);
+}
+
+void
+lg_ra_drop (struct lg_ra *ra, uint64_t count, uint64_t off)
+{
+  pthread_mutex_lock (&ra->lock);
+  for (size_t i = 0; i < ra->n; i++) {
+    struct chunk *c = &ra->c[i];
+
+    if (c->st == C_FREE)
+      continue;
+    if (count == 0 || (c->off < off + count && off < c->off + c->len))
+      release (ra, c);
+  }
+  /* Waiters on a chunk just dropped look again (and read the device). */
+  pthread_cond_broadcast (&ra->done);
+  pthread_mutex_unlock (&ra->lock);
+}
+
+void
+lg_ra_stats_print (const struct lg_ra *ra, FILE *f)
+{
+  fprintf (f,
+           " ra_hits=%" PRIu64 " ra_read_bytes=%" PRIu64
+           " ra_used_bytes=%" PRIu64 " ra_wasted_bytes=%" PRIu64,
+           (uint64_t) atomic_load (&ra->hits),
+           (uint64_t) atomic_load (&ra->read_bytes),
+           (uint64_t) atomic_load (&ra->used_bytes),
+           (uint64_t) atomic_load (&ra->wasted_bytes));
+}
