@@ -14,11 +14,21 @@
 #     stretched to 60 s here, LUNGATE_TEST_RA_AGE_MS, so that only the
 #     reattach can drop them);
 #  5. without that stretch, a reader beside another writer sees its
-#     bytes once the age limit (2 s) passed.
+#     bytes once the age limit (2 s) passed;
+#  6. through the plugin, random 1 MiB reads and a reader going
+#     backwards read nothing ahead (a single read of 256 KiB or more
+#     started read-ahead: helper-29);
+#  7. a flipped bit in a volume's unit: every read of it fails, the
+#     others are served, and the failed chunk is not read again for
+#     nothing (auth_failures grew with every read near it: helper-29);
+#  8. a LUN replaced under a -o direct_io mount: once the gateway says
+#     so, nothing read ahead of the old disk is served (the async path
+#     served hits without the identity check: helper-29; the age limit
+#     stretched again).
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
-require fusermount3 cmp
+require fusermount3 cmp mountpoint tgtadm
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 fault_tgt_start
 t=iqn.2026-12.org.lungate:ra
@@ -155,4 +165,96 @@ wait "$bp" || fail "the reader beside another writer"
 got=$(cat "$TGT_DIR/age.out")
 echo "plugin -r, changed behind its back, read 2.5 s later: $got"
 [ "$got" = new ] || fail "a reader beside another writer got read-ahead older than 2 s"
+
+# ---- 6: random and backward reads through the plugin ----
+nbd_gw rnd "url=$url/1" "stats-file=$TGT_DIR/rnd.st"
+env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/rnd.sock" <<'PY' || fail "random reads"
+import nbd, random, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+# 1 MiB at every third MiB, in a random order: no read starts where
+# another ended.
+offs = [i * (3 << 20) for i in range(21)]
+random.Random(11).shuffle(offs)
+for o in offs:
+    h.pread(1 << 20, o)
+for o in range(40 << 20, 32 << 20, -(128 << 10)):
+    h.pread(128 << 10, o)
+PY
+kill -USR1 "${NBD_GW[rnd]}"
+for _ in $(seq 50); do grep -q ra_read_bytes "$TGT_DIR/rnd.st" 2>/dev/null && break; sleep 0.1; done
+got=$(grep -o "ra_read_bytes=[0-9]*" "$TGT_DIR/rnd.st" | tail -n 1)
+echo "plugin, random 1 MiB and backward 128 KiB reads: $got"
+[ "$got" = ra_read_bytes=0 ] || fail "random or backward reads were read ahead of ($got)"
+kill "${NBD_GW[rnd]}"; wait "${NBD_GW[rnd]}" 2>/dev/null
+
+# ---- 7: a unit that fails authentication ----
+head -c 16M /dev/urandom >"$TGT_DIR/model"
+nbd_run "url=$url/2" "key-file=$key" -- "$NBD_PYTHON" -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); h.pwrite(open(sys.argv[2],"rb").read(), 0); h.flush()' '$uri' "$TGT_DIR/model" \
+  || fail "write the model"
+doff=$("$LUNGATE" info "$url/2" | sed -n 's/^volume-data-offset: //p')
+[ -n "$doff" ] || fail "no volume-data-offset in lungate info"
+f=$(tgt_lun_file 1 2); o=$((doff + 1536 * 4096 + 100))
+python3 -c 'import os,sys; fd=os.open(sys.argv[1],os.O_RDWR); o=int(sys.argv[2]); b=os.pread(fd,1,o); os.pwrite(fd,bytes([b[0]^1]),o)' "$f" "$o"
+nbd_gw bad "url=$url/2" "key-file=$key" "stats-file=$TGT_DIR/bad.st"
+got=$(env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/bad.sock" "$TGT_DIR/model" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+m = open(sys.argv[2], "rb").read()
+K = 128 << 10; failed = set(); wrong = 0
+for _ in range(2):
+    for o in range(0, 16 << 20, K):
+        try:
+            wrong += h.pread(K, o) != m[o:o + K]
+        except nbd.Error:
+            failed.add(o)
+print("failed=%s wrong=%d" % (",".join(str(o) for o in sorted(failed)), wrong))
+PY
+)
+kill -USR1 "${NBD_GW[bad]}"
+for _ in $(seq 50); do grep -q auth_failures "$TGT_DIR/bad.st" 2>/dev/null && break; sleep 0.1; done
+af=$(grep -o "auth_failures=[0-9]*" "$TGT_DIR/bad.st" | tail -n 1 | cut -d= -f2)
+echo "plugin, a flipped bit at 6 MiB, two passes: $got, auth_failures=$af"
+[ "$got" = "failed=6291456 wrong=0" ] || fail "a flipped bit: '$got', not only the read of its unit failing"
+[ "${af:-99}" -le 4 ] || fail "a flipped bit: $af authentication failures for two passes (the chunk read again for nothing)"
+kill "${NBD_GW[bad]}"; wait "${NBD_GW[bad]}" 2>/dev/null
+
+# ---- 8: a LUN replaced under a -o direct_io mount ----
+truncate -s 64M "$TGT_DIR/other.img"
+# The age limit stretched, so that the chunks are still there when the
+# gateway notices (its check runs at most every 3 s).
+LUNGATE_TEST_RA_AGE_MS=60000 "$LUNGATE" mount -f -o direct_io "$url/1" "$m" \
+  2>"$TGT_DIR/swap.log" &
+for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
+mountpoint -q "$m" || { cat "$TGT_DIR/swap.log"; fail "mount for the swap"; }
+got=$(python3 - "$m/lun1" "$TGT_DIR/other.img" "$TGT_DIR/sock" "$TGT_DIR/swap.log" <<'PY'
+import os, subprocess, sys, time
+f, b, sock, log = sys.argv[1:5]
+fd = os.open(f, os.O_RDONLY)
+K = 128 << 10
+for o in range(0, 4 << 20, K):
+    os.pread(fd, K, o)
+env = dict(os.environ, TGT_IPC_SOCKET=sock)
+tg = ["tgtadm", "--lld", "iscsi", "--mode", "logicalunit", "--tid", "1", "--lun", "1"]
+for _ in range(50):
+    if subprocess.run(tg + ["--op", "delete"], env=env).returncode == 0:
+        break
+    time.sleep(0.02)
+subprocess.run(tg + ["--op", "new", "--backing-store", b, "--blocksize", "4096"], env=env, check=True)
+t0 = time.time()
+said = lambda: any("changed under" in l for l in open(log))
+while not said() and time.time() - t0 < 10:
+    os.stat(f)
+    time.sleep(0.05)
+served = 0
+for o in range(4 << 20, 8 << 20, K):
+    try:
+        os.pread(fd, K, o); served += 1
+    except OSError:
+        pass
+print("said=%s served=%d" % (said(), served))
+PY
+)
+echo "a LUN replaced under a -o direct_io mount, reads after the gateway noticed: $got"
+[ "$got" = "said=True served=0" ] || { cat "$TGT_DIR/swap.log"; fail "a replaced LUN: '$got' (reads of the old disk served from read-ahead)"; }
+fusermount3 -u "$m" 2>/dev/null
 echo "test-read-ahead: ok"

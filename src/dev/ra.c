@@ -127,10 +127,13 @@ release (struct lg_ra *ra, struct chunk *c)
   c->stale = c->used = false;
 }
 
+/* A chunk read (or that failed) too long ago: its age counts from when
+ * its read was issued, since the target read the data then. */
 static bool
 expired (const struct lg_ra *ra, const struct chunk *c, uint64_t now)
 {
-  return c->st == C_READY && now - c->ready_ms > ra->max_age_ms;
+  return (c->st == C_READY || c->st == C_FAILED)
+      && now - c->ready_ms > ra->max_age_ms;
 }
 
 /* The live chunk at off, or NULL. */
@@ -160,8 +163,7 @@ slot (struct lg_ra *ra, uint64_t now)
       return c;
     if (c->st == C_READING || c->st == C_QUEUED)
       continue;
-    if (c->st == C_FAILED || expired (ra, c, now)
-        || c->off + c->len + ra->chunk <= ra->next)
+    if (expired (ra, c, now) || c->off + c->len + ra->chunk <= ra->next)
       best = c;
   }
   if (best)
@@ -183,7 +185,10 @@ schedule (struct lg_ra *ra)
   for (; o < end && o < size; o += ra->chunk) {
     struct chunk *c = find (ra, o);
 
-    if (c && c->st != C_FAILED && !expired (ra, c, now))
+    /* A chunk that failed stays, unread again, until it expires or is
+     * dropped: the reader's own read says why (and a unit that fails
+     * authentication is not read again for nothing). */
+    if (c && !expired (ra, c, now))
       continue;
     if (c)
       release (ra, c);
@@ -232,12 +237,12 @@ worker (void *arg)
       continue;
     }
     c->st = C_READING;
+    c->ready_ms = now_ms ();
     pthread_mutex_unlock (&ra->lock);
     r = ra->d->ops->pread (ra->d, c->buf, c->len, c->off);
     pthread_mutex_lock (&ra->lock);
     atomic_fetch_add (&ra->read_bytes, c->len);
     c->st = r == 0 ? C_READY : C_FAILED;
-    c->ready_ms = now_ms ();
     if (c->stale)
       release (ra, c);
     pthread_cond_broadcast (&ra->done);
@@ -246,24 +251,36 @@ worker (void *arg)
   return NULL;
 }
 
-/* Follows the stream (ra->lock held): a read near where the last one
- * ended goes on (FUSE and NBD requests may come a little out of order),
- * any other starts again. */
+/* Follows the stream (ra->lock held).  A read that starts near where
+ * the last one ended and goes past it continues the stream (FUSE and NBD
+ * requests may come a little out of order); a read inside what was read
+ * changes nothing; any other starts a new stream, which has read nothing
+ * in order yet.  So one large read, random reads and a reader going
+ * backwards are never read ahead of. */
 static void
 note (struct lg_ra *ra, size_t count, uint64_t off)
 {
   uint64_t end = off + count;
   uint64_t slack = 2 * (uint64_t) ra->chunk;
+  /* Behind: a request that came late; ahead: only as far as a few
+   * requests that overtook it. */
+  bool near = ra->next != 0 && off + slack >= ra->next
+      && off <= ra->next + ra->chunk / 2;
 
-  if (ra->seq && off + slack >= ra->next && off <= ra->next + slack) {
-    ra->seq += count;
-    if (end > ra->next)
-      ra->next = end;
+  if (near && end > ra->next) {
+    ra->seq += end - (off > ra->next ? off : ra->next);
+    ra->next = end;
   }
-  else {
-    ra->seq = count;
+  else if (!near || end + slack < ra->next) {
+    ra->seq = 0;
     ra->next = end;
     ra->window = 2 * ra->chunk;
+    /* The last stream's buffers go back, unless still in use. */
+    for (size_t i = 0; i < ra->n; i++)
+      if (ra->c[i].st == C_FREE) {
+        free (ra->c[i].buf);
+        ra->c[i].buf = NULL;
+      }
   }
   if (ra->seq >= RA_TRIGGER)
     schedule (ra);
@@ -334,8 +351,8 @@ serve (struct lg_ra *ra, void *buf, size_t count, uint64_t off, bool wait)
   live = any_live (ra);
   pthread_mutex_unlock (&ra->lock);
   /* What the chunks hold is served only while the device is the one
-   * opened (a LUN swapped under a running session). */
-  if (live && wait && lg_dev_revalidate (ra->d) < 0) {
+   * opened (a LUN swapped under a running session), on either path. */
+  if (live && lg_dev_revalidate (ra->d) < 0) {
     int saved = errno;
 
     lg_ra_drop (ra, 0, 0);

@@ -3,7 +3,9 @@
  * entry points; front ends only set its size with lg_dev_read_ahead).
  *
  * A reader that goes forward through the device (one file copy, dd, an
- * NBD client reading in order) is seen after RA_TRIGGER bytes, and the
+ * NBD client reading in order) is seen after RA_TRIGGER bytes read in
+ * order past its first request (one large read, random reads and a
+ * reader going backwards are not read ahead of), and the
  * next window is read ahead in chunks by worker threads, several at once
  * across the pool's sessions, so that a single stream is not bound by one
  * round trip per request.  The window doubles while the reader keeps up,
@@ -17,8 +19,11 @@
  * it completes (a chunk read while the write ran may hold either), every
  * reattach drops them all (lg_dev_reattach), and a chunk not read within
  * RA_MAX_AGE_MS is dropped unread (a reader beside another gateway's
- * writer sees its writes within that time, as lungate(1) says).  Memory:
- * at most the size set, per device, allocated while a stream runs.
+ * writer sees its writes within that time, as lungate(1) says; the age
+ * counts from when the chunk's read was issued).  Memory: at most the
+ * size set, per device; the buffers of one stream are given back when
+ * another starts, and at close.  A chunk whose read failed stays, and is
+ * not read again, until it expires or is dropped.
  *
  * Locks: ra->lock is a leaf: held only to look up and change the chunk
  * table, never across a request to the device (doc/locking.md).
