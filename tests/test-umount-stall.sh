@@ -44,6 +44,29 @@ for kind in written read; do
   echo "$kind: unmounted across a 3 s stall: $(cat "$TGT_DIR/umount.out")"
 done
 
+# A signal to the daemon while its final flush waits for a stalled
+# target: it stops waiting, and the unmount fails, saying so (the daemon
+# was killed by the signal's default action, with nothing said, and
+# lungate umount exited 0).
+"$LUNGATE" mount --log "$TGT_DIR/mount-sig.log" "$url" "$m" || fail "mount"
+head -c 1M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
+  || fail "write"
+dpid=$(pgrep -f "lungate mount --log $TGT_DIR/mount-sig.log" | head -n 1)
+[ -n "$dpid" ] || fail "no mount daemon found"
+kill -STOP "$TGT_PID"
+(sleep 2; kill -TERM "$dpid") &
+sp=$!
+rc=0
+with_timeout 60 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1 || rc=$?
+wait "$sp"
+kill -CONT "$TGT_PID"
+if [ "$rc" -ne 1 ] || ! grep -q "could not be written back or flushed" "$TGT_DIR/umount.out" \
+   || ! grep -q "during the final flush: no longer waiting" "$TGT_DIR/mount-sig.log"; then
+  cat "$TGT_DIR/umount.out" "$TGT_DIR/mount-sig.log"
+  fail "a signal during the final flush: exit $rc, or no report of it"
+fi
+echo "a signal during the final flush: the unmount failed, saying so"
+
 # A target that does not come back: the unmount ends, reporting the
 # failed flush, within the stop budget (not the 60 s outage budget).
 "$LUNGATE" mount --log "$TGT_DIR/mount-gone.log" "$url" "$m" || fail "mount"

@@ -46,6 +46,8 @@ struct node {
   /* Writes, trims and zeroes completed: a count older than that is stale. */
   atomic_uint_fast64_t writes_gen;
   struct alloc alloc;
+  /* Its write-back before unmounting failed (run.c sync_files). */
+  atomic_bool stop_failed;
   /* The last bytes past the LUN's end that were refused (past_end),
    * under alloc_lock. */
   uint64_t past_off;
@@ -79,10 +81,13 @@ struct lg_fs {
    * unmount by the path. */
   atomic_uint_fast64_t probe_seen;
   atomic_bool detached, again, unmount_ok;
-  atomic_bool writing_back;  /* the path reached it: writing back now */
-  atomic_uint stop_failures; /* files whose write-back failed (run.c) */
-  uint64_t mnt_id, mnt_dev;  /* our mount's id (0: not known), its device */
-  struct probe *probe_out;   /* the last lookup (run.c), maybe stuck */
+  atomic_bool writing_back; /* the path reached it: writing back now */
+  /* The final phase's signal watcher (lg_fs_end_signals). */
+  pthread_t final;
+  bool final_on;
+  atomic_bool finished;
+  uint64_t mnt_id, mnt_dev; /* our mount's id (0: not known), its device */
+  struct probe *probe_out;  /* the last lookup (run.c), maybe stuck */
 };
 
 /* The FUSE operations, serving fs from now on. */
@@ -93,6 +98,9 @@ const struct fuse_lowlevel_ops *lg_fs_ops_for (struct lg_fs *fs);
 char *lg_fs_stats_text (const struct lg_fs *fs, size_t *len);
 uint64_t lg_fs_stats_add (char *text, size_t len);
 void lg_fs_stats_read (fuse_req_t req, uint64_t id, size_t size, off_t off);
+/* The final flushes are done (lg_fs_free): the signal watcher that
+ * lg_fs_run left for them ends, and signals take their default action. */
+void lg_fs_end_signals (struct lg_fs *fs);
 void lg_fs_stats_remove (uint64_t id);
 
 #endif

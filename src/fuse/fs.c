@@ -135,12 +135,15 @@ lg_fs_free (struct lg_fs *fs)
 
   if (fs == NULL)
     return 0;
-  failed = (int) atomic_load (&fs->stop_failures);
+  failed = 0;
   for (int i = 0; i < fs->n; i++)
     if (fs->nodes[i].dev) {
+      /* A LUN is counted once, whatever failed for it. */
+      bool lost = atomic_load (&fs->nodes[i].stop_failed);
+
       if (lg_dev_flush (fs->nodes[i].dev) < 0) {
         lg_error ("%s: flush at unmount failed", fs->nodes[i].dev->name);
-        failed += !fs->nodes[i].dev->read_only;
+        lost = lost || !fs->nodes[i].dev->read_only;
       }
       /* Files told of a loss at their fsync, or not (fs_fsync): the
        * unmount says so too. */
@@ -149,10 +152,13 @@ lg_fs_free (struct lg_fs *fs)
         lg_error ("%s: the target may have restarted while mounted, losing "
                   "writes it had acknowledged and not yet flushed",
                   fs->nodes[i].dev->name);
-        failed++;
+        lost = true;
       }
+      failed += lost;
       lg_dev_close (fs->nodes[i].dev);
     }
+  /* The flushes are done: a signal is the default's again. */
+  lg_fs_end_signals (fs);
   pthread_mutex_destroy (&fs->alloc_lock);
   while (fs->ofiles != NULL) {
     struct ofile *o = fs->ofiles;

@@ -149,7 +149,7 @@ sync_files (struct lg_fs *fs, int dfd)
     if (fd < 0 || fsync (fd) < 0) {
       lg_error ("%s: %s: writing back before unmounting: %m",
                 fs->nodes[i].dev->name, path);
-      atomic_fetch_add (&fs->stop_failures, 1);
+      atomic_store (&fs->nodes[i].stop_failed, true);
     }
     if (fd >= 0)
       close (fd);
@@ -410,6 +410,42 @@ sync_and_exit (void *arg)
   stop_once (fs, false);
   end_loop (fs);
   return NULL;
+}
+
+/* After the loop: a signal while the final flushes wait for the target
+ * stops the waiting (on_stop now), as a second signal does. */
+static void *
+watch_final (void *arg)
+{
+  struct lg_fs *fs = arg;
+  struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
+
+  while (!atomic_load (&fs->finished)) {
+    unsigned char c;
+
+    if (poll (&pfd, 1, 100) <= 0 || read (sig_pipe[0], &c, 1) != 1 || c == 0)
+      continue;
+    lg_warn ("%s: signalled (SIG%s) during the final flush: no longer "
+             "waiting for the target; what is not flushed yet may be lost",
+             fs->dir ? fs->dir : "the mount", sigabbrev_np (c));
+    stop_once (fs, true);
+  }
+  return NULL;
+}
+
+void
+lg_fs_end_signals (struct lg_fs *fs)
+{
+  if (sig_pipe[0] < 0)
+    return;
+  atomic_store (&fs->finished, true);
+  if (fs->final_on)
+    pthread_join (fs->final, NULL);
+  fs->final_on = false;
+  set_handlers (false);
+  close (sig_pipe[0]);
+  close (sig_pipe[1]);
+  sig_pipe[0] = sig_pipe[1] = -1;
 }
 
 /* The signal thread; it also notices the session ending otherwise (an
@@ -695,9 +731,12 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   atomic_store (&fs->serving, false);
   if (watching) {
     pthread_join (watch, NULL);
-    set_handlers (false);
-    close (sig_pipe[0]);
-    close (sig_pipe[1]);
+    /* Until lg_fs_free's final flushes are done (lg_fs_end_signals), a
+     * signal gives up on the target instead of killing the daemon with
+     * nothing said. */
+    fs->final_on = pthread_create (&fs->final, NULL, watch_final, fs) == 0;
+    if (!fs->final_on)
+      lg_fs_end_signals (fs);
   }
   else
     fuse_remove_signal_handlers (se);
