@@ -483,7 +483,9 @@ first_login (struct lg_session *s)
     if (lg_s_connect_any (s, tries == 1 ? -1 : left) == 0)
       return 0;
     left = until - lg_mono_ms ();
-    if (!s->open_lost || left <= 500 || atomic_load (&s->stopping))
+    /* Another attempt only with a second left after the nap: less would
+     * end in a timeout that names that slice, not the connect timeout. */
+    if (!s->open_lost || left < 1500 || atomic_load (&s->stopping))
       return -1;
     lg_debug ("%s: %s (attempt %u): trying again", s->portal, s->open_err,
               tries);
