@@ -381,18 +381,11 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
     errno = ENOTSUP;
     return -1;
   }
-  if (d->ra && !write) {
-    int r = lg_ra_try_read (d->ra, buf, count, off);
-
-    if (r == 1) {
-      tally (d, LG_OP_READ, count, lg_dev_now_us (), 0);
-      done (opaque, 0);
-      return 0;
-    }
-    if (r == 2) {
-      errno = ENOTSUP; /* being read ahead: pread waits for it */
-      return -1;
-    }
+  /* Read ahead (or being read): lg_dev_pread serves it, after the
+   * identity check that may probe the LUN. */
+  if (d->ra && !write && lg_ra_try_read (d->ra, buf, count, off) != 0) {
+    errno = ENOTSUP;
+    return -1;
   }
   c = malloc (sizeof *c);
   if (c == NULL)

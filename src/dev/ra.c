@@ -351,8 +351,10 @@ serve (struct lg_ra *ra, void *buf, size_t count, uint64_t off, bool wait)
   live = any_live (ra);
   pthread_mutex_unlock (&ra->lock);
   /* What the chunks hold is served only while the device is the one
-   * opened (a LUN swapped under a running session), on either path. */
-  if (live && lg_dev_revalidate (ra->d) < 0) {
+   * opened (a LUN swapped under a running session).  The check may probe
+   * the LUN, so only the path that may wait serves from the chunks:
+   * lg_ra_try_read sends such reads there. */
+  if (live && wait && lg_dev_revalidate (ra->d) < 0) {
     int saved = errno;
 
     lg_ra_drop (ra, 0, 0);
@@ -363,10 +365,10 @@ serve (struct lg_ra *ra, void *buf, size_t count, uint64_t off, bool wait)
   note (ra, count, off);
   while ((l = look (ra, count, off)) == WAIT && wait)
     pthread_cond_wait (&ra->done, &ra->lock);
-  if (l == HIT)
+  if (l == HIT && wait)
     copy_out (ra, buf, count, off);
   pthread_mutex_unlock (&ra->lock);
-  return l == HIT ? 1 : l == WAIT ? 2 : 0;
+  return l == MISS ? 0 : wait ? 1 : 2;
 }
 
 int

@@ -50,7 +50,10 @@ void lg_ra_free (struct lg_ra *ra);
  * 1 served, 0 not (the caller reads the device), -1 with errno when the
  * device is no longer the one opened (revalidate). */
 int lg_ra_read (struct lg_ra *ra, void *buf, size_t count, uint64_t off);
-/* As lg_ra_read, but never waits: 1 served, 0 not. */
+/* For a read that would start without waiting: notes the reader's
+ * position, and says whether the chunks hold any of it: 2 (then the
+ * caller reads with lg_ra_read, which checks the device's identity
+ * first), or 0 (the caller reads the device). */
 int lg_ra_try_read (struct lg_ra *ra, void *buf, size_t count, uint64_t off);
 /* Drops what overlaps [off, off+count) (count 0: everything). */
 void lg_ra_drop (struct lg_ra *ra, uint64_t count, uint64_t off);
