@@ -37,6 +37,12 @@ for n in 1 2; do
   tgt_kill; sleep 0.5; tgt_restart; wait_login "$n"
   nbd_io g write 2 "$n" >/dev/null || fail "write after outage $n"
 done
+# "logged in again" is news, not an error (issue 30, item 10).
+grep "logged in again" "$log" | grep -q "^nbdkit: lungate: warning: " \
+  || { cat "$log"; fail "'logged in again' is not tagged 'warning:'"; }
+if grep -q "error: .*logged in again" "$log"; then
+  cat "$log"; fail "'logged in again' is tagged 'error:'"
+fi
 n=$(grep -c "connection lost: .*; reconnecting" "$log" || true)
 [ "$n" -eq 2 ] || { cat "$log"; fail "two outages of one session gave $n 'connection lost' lines"; }
 nbd_stop "${NBD_GW[g]}"

@@ -84,4 +84,22 @@ expect_fail_with "invalid URL" "${NBDKIT[@]}" -U - "$LUNGATE_PLUGIN" url=iscsi:/
   --run true 2>"$TGT_DIR/urlpw.log" || { cat "$TGT_DIR/urlpw.log"; fail "a password in the URL"; }
 grep -q "password in the URL is visible to other users" "$TGT_DIR/urlpw.log" \
   || { cat "$TGT_DIR/urlpw.log"; fail "no warning for a password in the URL"; }
+# A warning says "warning:", not nbdkit's "error:" (issue 30, item 10),
+# and goes where nbdkit's own messages go: nowhere with --log=null, to
+# stderr with --log=stderr.
+grep -q "^nbdkit: lungate: warning: a password in the URL" "$TGT_DIR/urlpw.log" \
+  || { cat "$TGT_DIR/urlpw.log"; fail "the warning is not tagged 'warning:'"; }
+if grep -q "error: .*password in the URL" "$TGT_DIR/urlpw.log"; then
+  cat "$TGT_DIR/urlpw.log"; fail "a warning is tagged 'error:'"
+fi
+for to in null stderr; do
+  "${NBDKIT[@]}" --log="$to" -U - "$LUNGATE_PLUGIN" \
+    "url=iscsi://carol%carol-secret-42@$TGT_PORTAL/$t/1" \
+    --run true 2>"$TGT_DIR/urlpw-$to.log" || fail "--log=$to"
+done
+if grep -q "password in the URL" "$TGT_DIR/urlpw-null.log"; then
+  cat "$TGT_DIR/urlpw-null.log"; fail "nbdkit --log=null: the plugin still writes its warning"
+fi
+grep -q "^nbdkit: lungate: warning: a password in the URL" "$TGT_DIR/urlpw-stderr.log" \
+  || { cat "$TGT_DIR/urlpw-stderr.log"; fail "nbdkit --log=stderr: no warning"; }
 echo "test-nbd-exports: ok"

@@ -4,9 +4,13 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -17,11 +21,87 @@
 #include "dev/dev.h"
 #include "util/secret.h"
 
+/* Where nbdkit sends its own messages (nbdkit(1), --log): nbdkit 1.32 has
+ * no level between error and debug, so a warning is written where nbdkit
+ * would write an error, tagged "warning:" (or "notice:") instead. */
+enum log_to { LOG_TO_STDERR, LOG_TO_SYSLOG, LOG_TO_NULL };
+const char *lg_nbdkit_who = "lungate";
+static enum log_to log_to;
+static pthread_once_t log_to_once = PTHREAD_ONCE_INIT;
+
+/* --log=stderr|syslog|null (or --log VALUE) in nbdkit's arguments; by
+ * default, as nbdkit does: syslog once it has gone into the background,
+ * which leaves its stderr on /dev/null (or closed). */
+static void
+log_to_find (void)
+{
+  char args[8192];
+  const char *v = NULL;
+  struct stat st, null;
+  ssize_t n = 0;
+  int fd = open ("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    n = read (fd, args, sizeof args - 1);
+    close (fd);
+  }
+  if (n > 0)
+    args[n] = '\0';
+  for (ssize_t i = 0; i < n; i += (ssize_t) strlen (args + i) + 1) {
+    if (strncmp (args + i, "--log=", 6) == 0)
+      v = args + i + 6;
+    else if (strcmp (args + i, "--log") == 0 && i + 6 < n)
+      v = args + i + 6;
+  }
+  if (v != NULL) {
+    log_to = strcmp (v, "syslog") == 0 ? LOG_TO_SYSLOG
+        : strcmp (v, "null") == 0      ? LOG_TO_NULL
+                                       : LOG_TO_STDERR;
+    if (strcmp (v, "default") != 0)
+      return;
+  }
+  log_to = LOG_TO_STDERR;
+  if (fstat (STDERR_FILENO, &st) < 0
+      || (stat ("/dev/null", &null) == 0 && S_ISCHR (st.st_mode)
+          && st.st_rdev == null.st_rdev))
+    log_to = LOG_TO_SYSLOG;
+}
+
+void
+lg_nbdkit_say (int priority, const char *msg)
+{
+  const char *tag = priority == LOG_WARNING ? "warning" : "notice";
+  char line[4096];
+  int n;
+
+  pthread_once (&log_to_once, log_to_find);
+  switch (log_to) {
+  case LOG_TO_SYSLOG:
+    syslog (priority, "%s: %s: %s", lg_nbdkit_who, tag, msg);
+    break;
+  case LOG_TO_STDERR:
+    /* One write, so that lines of several threads do not mix. */
+    n = snprintf (line, sizeof line, "nbdkit: %s: %s: %s\n", lg_nbdkit_who, tag,
+                  msg);
+    if (n >= (int) sizeof line) {
+      n = (int) sizeof line - 1;
+      line[n - 1] = '\n';
+    }
+    if (n > 0 && write (STDERR_FILENO, line, (size_t) n) < 0)
+      break; /* nowhere to say it */
+    break;
+  case LOG_TO_NULL:
+    break;
+  }
+}
+
 void
 lg_nbdkit_log_sink (enum lg_log_level level, const char *msg)
 {
-  if (level <= LG_LOG_WARN)
+  if (level == LG_LOG_ERROR)
     nbdkit_error ("%s", msg);
+  else if (level == LG_LOG_WARN)
+    lg_nbdkit_say (LOG_WARNING, msg);
   else
     nbdkit_debug ("%s", msg);
 }

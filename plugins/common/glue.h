@@ -12,8 +12,17 @@
 
 #include "util/log.h"
 
-/* Routes lg_log to nbdkit_error (warnings and errors) and nbdkit_debug. */
+/* Routes lg_log: errors to nbdkit_error, warnings to lg_nbdkit_say, the
+ * rest to nbdkit_debug. */
 void lg_nbdkit_log_sink (enum lg_log_level level, const char *msg);
+
+/* MSG where nbdkit writes its errors (its --log: stderr, syslog, none),
+ * tagged for PRIORITY, syslog's LOG_WARNING ("nbdkit: lungate: warning:
+ * MSG") or LOG_NOTICE ("notice:").  Any thread. */
+void lg_nbdkit_say (int priority, const char *msg);
+
+/* The name lg_nbdkit_say puts first: "lungate", or the filter's. */
+extern const char *lg_nbdkit_who;
 
 /* nbdkit_read_password (VALUE: SECRET, -, +FILE, -FD), moved at once into
  * sodium memory in *slot (a previous secret there is freed).  -1 with the

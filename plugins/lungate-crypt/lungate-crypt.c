@@ -154,6 +154,7 @@ static const struct lg_dev_ops next_ops = {
 static void
 crypt_load (void)
 {
+  lg_nbdkit_who = "lungate-crypt";
   lg_log_set_sink (lg_nbdkit_log_sink);
   lg_log_set_level (LG_LOG_DEBUG);
   if (sodium_init () < 0)

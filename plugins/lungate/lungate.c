@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
@@ -168,7 +169,7 @@ log_stats (const char *why)
     if (buf && strcmp (why, "exit") == 0)
       nbdkit_debug ("%s", buf);
     else if (buf)
-      nbdkit_error ("%s", buf);
+      lg_nbdkit_say (LOG_NOTICE, buf);
     free (buf);
   }
   if (fa && fclose (fa) == 0)
@@ -439,8 +440,10 @@ lungate_config_complete (void)
     return -1;
   if (purl.password) {
     /* As the command warns: the URL is in nbdkit's command line. */
-    nbdkit_error ("warning: a password in the URL is visible to other "
-                  "users in the process list: prefer password=+FILE");
+    lg_nbdkit_say (LOG_WARNING,
+                   "a password in the URL is visible to other "
+                   "users in the process list: prefer "
+                   "password=+FILE");
     if (login.secret == NULL) {
       login.secret = purl.password;
       purl.password = NULL;
