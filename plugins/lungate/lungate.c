@@ -63,6 +63,7 @@ static char *key_dir;
 static char *stats_file;
 static size_t md_cache_blocks; /* 0: the crypt layer's default */
 static size_t read_ahead = LG_READ_AHEAD_DEFAULT; /* readahead= */
+static size_t write_behind; /* writebehind= (0: write through) */
 
 /* After after_fork: the pool and one device stack per exported LUN. */
 struct export
@@ -245,6 +246,24 @@ lungate_unload (void)
     free (more_urls[i]);
 }
 
+/* readahead=, writebehind=: 0 (none), or a size from min to max. */
+static int
+buffer_size (const char *key, const char *value, int64_t min, int64_t max,
+             size_t *out)
+{
+  int64_t sz = nbdkit_parse_size (value);
+
+  if (sz < 0)
+    return -1;
+  if (sz != 0 && (sz < min || sz > max)) {
+    nbdkit_error ("%s: 0 (none), or from %" PRId64 "K to %" PRId64 "G", key,
+                  min >> 10, max >> 30);
+    return -1;
+  }
+  *out = (size_t) sz;
+  return 0;
+}
+
 static int
 set_string (char **slot, const char *value)
 {
@@ -357,18 +376,12 @@ lungate_config (const char *key, const char *value)
     md_cache_blocks = (size_t) (sz / LG_MD_BLOCK);
     return 0;
   }
-  if (strcmp (key, "readahead") == 0) {
-    int64_t sz = nbdkit_parse_size (value);
-
-    if (sz < 0)
-      return -1;
-    if (sz != 0 && (sz < LG_READ_AHEAD_MIN || sz > LG_READ_AHEAD_MAX)) {
-      nbdkit_error ("readahead: 0 (none), or from 256K to 1G");
-      return -1;
-    }
-    read_ahead = (size_t) sz;
-    return 0;
-  }
+  if (strcmp (key, "readahead") == 0)
+    return buffer_size (key, value, LG_READ_AHEAD_MIN, LG_READ_AHEAD_MAX,
+                        &read_ahead);
+  if (strcmp (key, "writebehind") == 0)
+    return buffer_size (key, value, LG_WRITE_BEHIND_MIN, LG_WRITE_BEHIND_MAX,
+                        &write_behind);
   if (strcmp (key, "takeover") == 0 || strcmp (key, "shared") == 0) {
     unsigned flag = key[0] == 't' ? LG_CLAIM_TAKEOVER : LG_CLAIM_SHARED;
     int b = nbdkit_parse_bool (value);
@@ -486,6 +499,8 @@ lungate_config_complete (void)
   "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
   "readahead=SIZE       Read up to SIZE ahead of a client that reads in\n"     \
   "                     order, per LUN (default 8M; 0: none).\n"               \
+  "writebehind=SIZE     Acknowledge writes once buffered, up to SIZE per\n"    \
+  "                     LUN, until a flush (default 0: write through).\n"      \
   "stats-file=PATH      Write the counters there too, on SIGUSR1 and at "      \
   "exit.\n"                                                                    \
   "takeover=true        Preempt the gateway that holds a LUN (it is gone).\n"  \
@@ -553,6 +568,8 @@ add_export (int lun, char *err, size_t errlen)
   /* Out of memory it only reads nothing ahead. */
   if (lg_dev_read_ahead (e->dev, read_ahead) < 0)
     nbdkit_debug ("%s: no read-ahead: %m", e->dev->name);
+  if (lg_dev_write_behind (e->dev, write_behind) < 0)
+    nbdkit_debug ("%s: no write-behind: %m", e->dev->name);
   nexports++;
   return 0;
 }

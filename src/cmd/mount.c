@@ -34,6 +34,7 @@ enum {
   OPT_LOG,
   OPT_STRICT,
   OPT_READ_AHEAD,
+  OPT_WRITE_BEHIND,
 };
 
 static const char usage[]
@@ -65,6 +66,9 @@ static const char usage[]
       "                               lungate volumes)\n"
       "  --read-ahead SIZE            read up to SIZE ahead of a reader that\n"
       "                               goes forward (default 8M; 0: none)\n"
+      "  --write-behind SIZE          acknowledge writes once buffered, up\n"
+      "                               to SIZE per LUN, until a flush\n"
+      "                               (default 0: write through)\n"
       "  --nonempty                   mount on a directory that is not empty\n"
       "  --strict                     a target or portal URL: fail when a\n"
       "                               disk LUN or a target cannot be mounted\n"
@@ -557,6 +561,20 @@ mount_option (struct mount_args *a, int c, const char *arg)
     a->fo.read_ahead = (size_t) sz;
     return 0;
   }
+  case OPT_WRITE_BEHIND: {
+    uint64_t sz;
+
+    if (lg_parse_size (arg, &sz) < 0
+        || (sz != 0
+            && (sz < LG_WRITE_BEHIND_MIN || sz > LG_WRITE_BEHIND_MAX))) {
+      lg_error ("--write-behind: 0 (none), or a size from 256K to 1G, not "
+                "'%s'",
+                arg);
+      return -1;
+    }
+    a->fo.write_behind = (size_t) sz;
+    return 0;
+  }
   case OPT_KEY_DIR:
     a->tab.dir = arg;
     return 0;
@@ -580,6 +598,7 @@ mount_own_option (void *args, int c, const char *arg)
   case OPT_NONEMPTY:
   case OPT_STRICT:
   case OPT_READ_AHEAD:
+  case OPT_WRITE_BEHIND:
   case OPT_KEY_DIR:
     if (mount_option (a, c, arg) < 0)
       return LG_EXIT_USAGE; /* a malformed value */
@@ -612,6 +631,7 @@ parse_args (int argc, char **argv, struct mount_args *a)
     { "nonempty", no_argument, NULL, OPT_NONEMPTY },
     { "strict", no_argument, NULL, OPT_STRICT },
     { "read-ahead", required_argument, NULL, OPT_READ_AHEAD },
+    { "write-behind", required_argument, NULL, OPT_WRITE_BEHIND },
     { "key-dir", required_argument, NULL, OPT_KEY_DIR },
     { "log", required_argument, NULL, OPT_LOG },
     { "help", no_argument, NULL, 'h' },

@@ -10,6 +10,7 @@
 
 #include "dev/dev.h"
 #include "dev/ra.h"
+#include "dev/wb.h"
 #include "util/log.h"
 
 static int
@@ -132,6 +133,8 @@ lg_dev_stats_print (const struct lg_dev *d, FILE *f)
            lg_hist_quantile (&st->latency, 0.999));
   if (d->ra)
     lg_ra_stats_print (d->ra, f);
+  if (d->wb)
+    lg_wb_stats_print (d->wb, f);
 #undef LD
 }
 
@@ -145,6 +148,9 @@ lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
   if (count == 0)
     return 0;
   t0 = lg_dev_now_us ();
+  /* The latest write first: what overlaps it is read after it. */
+  if (d->wb)
+    lg_wb_wait_range (d->wb, count, off);
   if (d->ra) {
     int r = lg_ra_read (d->ra, buf, count, off);
 
@@ -187,6 +193,22 @@ lg_dev_read_ahead (struct lg_dev *d, size_t max)
 }
 
 int
+lg_dev_write_behind (struct lg_dev *d, size_t max)
+{
+  struct lg_wb *wb = NULL;
+
+  if (max && max < LG_WRITE_BEHIND_MIN) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (max && !d->read_only && (wb = lg_wb_new (d, max)) == NULL)
+    return -1;
+  lg_wb_free (d->wb);
+  d->wb = wb;
+  return 0;
+}
+
+int
 lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
 {
   uint64_t t0, total = 0;
@@ -198,6 +220,8 @@ lg_dev_pread_multi (struct lg_dev *d, const struct lg_dev_seg *segs, unsigned n)
     total += segs[i].count;
   }
   t0 = lg_dev_now_us ();
+  for (unsigned i = 0; d->wb && i < n; i++)
+    lg_wb_wait_range (d->wb, segs[i].count, segs[i].off);
   if (d->ops->pread_multi)
     r = d->ops->pread_multi (d, segs, n);
   else
@@ -220,6 +244,10 @@ lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
   t0 = lg_dev_now_us ();
   changing (d, count, off);
+  /* Buffered: its worker drops what was read ahead over it again once it
+   * is written. */
+  if (d->wb && lg_wb_write (d->wb, buf, count, off, flags) == 1)
+    return account (d, LG_OP_WRITE, count, t0, 0);
   return account (
       d, LG_OP_WRITE, count, t0,
       changed (d, count, off, d->ops->pwrite (d, buf, count, off, flags)));
@@ -239,6 +267,8 @@ lg_dev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
       || check_range (d, "compare and write", count, off) < 0)
     return account (d, LG_OP_WRITE, 0, 0, -1);
   t0 = lg_dev_now_us ();
+  if (d->wb)
+    lg_wb_wait_range (d->wb, count, off);
   changing (d, count, off);
   return account (d, LG_OP_WRITE, count, t0,
                   changed (d, count, off,
@@ -248,9 +278,29 @@ lg_dev_compare_write (struct lg_dev *d, const void *expect, const void *buf,
 int
 lg_dev_flush (struct lg_dev *d)
 {
+  int r;
+
   if (d->read_only)
     return 0;
-  return account (d, LG_OP_FLUSH, 0, 0, d->ops->flush (d));
+  /* What was acknowledged before it is written first. */
+  if (d->wb)
+    lg_wb_drain (d->wb);
+  r = d->ops->flush (d);
+  /* Buffered writes that failed: a front end that tracks possible
+   * losses per client tells each (lg_dev_losses); else this flush
+   * fails, once for them. */
+  if (r == 0 && d->wb && !d->loss_tracked) {
+    uint64_t failed = lg_wb_failures (d->wb);
+
+    if (atomic_exchange (&d->wb_told, failed) != failed) {
+      lg_error ("%s: the flush fails: writes acknowledged before it were "
+                "lost (the log above names them)",
+                d->name);
+      errno = EIO;
+      r = -1;
+    }
+  }
+  return account (d, LG_OP_FLUSH, 0, 0, r);
 }
 
 int
@@ -263,6 +313,8 @@ lg_dev_trim (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
   /* Trim is advisory: a device that cannot does nothing, correctly. */
   if (d->ops->trim == NULL || !d->can_trim)
     return (flags & LG_FUA) ? lg_dev_flush (d) : 0;
+  if (d->wb)
+    lg_wb_wait_range (d->wb, count, off);
   changing (d, count, off);
   return account (d, LG_OP_TRIM, count, 0,
                   changed (d, count, off, d->ops->trim (d, count, off, flags)));
@@ -275,6 +327,8 @@ lg_dev_zero (struct lg_dev *d, uint64_t count, uint64_t off, unsigned flags)
     return account (d, LG_OP_ZERO, 0, 0, -1);
   if (count == 0)
     return 0;
+  if (d->wb)
+    lg_wb_wait_range (d->wb, count, off);
   changing (d, count, off);
   return account (d, LG_OP_ZERO, count, 0,
                   changed (d, count, off, d->ops->zero (d, count, off, flags)));
@@ -329,6 +383,8 @@ lg_dev_extents (struct lg_dev *d, uint64_t count, uint64_t off,
     return -1;
   if (count == 0)
     return 0;
+  if (d->wb)
+    lg_wb_wait_range (d->wb, count, off);
   if (d->ops->extents == NULL || !d->can_extents)
     return fn (opaque, off, count, false);
   return d->ops->extents (d, count, off, fn, opaque);
@@ -339,7 +395,10 @@ lg_dev_close (struct lg_dev *d)
 {
   if (d == NULL)
     return;
-  /* Its workers read through d. */
+  /* Their workers write and read through d; the buffered writes are
+   * written first, and drop what was read ahead over them. */
+  lg_wb_free (d->wb);
+  d->wb = NULL;
   lg_ra_free (d->ra);
   d->ra = NULL;
   d->ops->close (d);
@@ -384,6 +443,12 @@ lg_dev_start_rw (struct lg_dev *d, bool write, void *buf, size_t count,
   /* Read ahead (or being read): lg_dev_pread serves it, after the
    * identity check that may probe the LUN. */
   if (d->ra && !write && lg_ra_try_read (d->ra, buf, count, off) != 0) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  /* Write-behind takes writes on lg_dev_pwrite's path; a read that
+   * overlaps what it holds waits there. */
+  if (d->wb && (write || lg_wb_overlaps (d->wb, count, off))) {
     errno = ENOTSUP;
     return -1;
   }
@@ -465,7 +530,7 @@ lg_dev_auth_failures (const struct lg_dev *d)
 uint64_t
 lg_dev_losses (const struct lg_dev *d)
 {
-  return counters_of (d).losses;
+  return counters_of (d).losses + (d->wb ? lg_wb_failures (d->wb) : 0);
 }
 
 void

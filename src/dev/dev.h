@@ -178,6 +178,12 @@ struct lg_dev {
   /* Read-ahead at this device, the top of its stack (lg_dev_read_ahead):
    * the checked entry points use it. */
   struct lg_ra *ra;
+  /* Write-behind at this device, the top of its stack
+   * (lg_dev_write_behind): the checked entry points use it. */
+  struct lg_wb *wb;
+  /* Failed buffered writes a flush has reported (for a front end that
+   * does not track losses per client). */
+  atomic_uint_fast64_t wb_told;
 };
 
 /* The checked entry points.  Each returns 0, or -1 with errno set (one of
@@ -300,6 +306,15 @@ void lg_dev_note_reader (struct lg_dev *d);
 #define LG_READ_AHEAD_MIN (256u << 10) /* what the front ends accept */
 #define LG_READ_AHEAD_MAX (1u << 30)
 int lg_dev_read_ahead (struct lg_dev *d, size_t max);
+
+/* Acknowledges writes once they are in a buffer of at most max bytes,
+ * and writes them behind (dev/wb.h); 0 writes through.  For the top of a
+ * stack, by its front end, before the first request; nothing for a
+ * read-only device.  0, or -1 with errno (EINVAL: max below
+ * LG_WRITE_BEHIND_MIN; ENOMEM, EAGAIN). */
+#define LG_WRITE_BEHIND_MIN (256u << 10) /* what the front ends accept */
+#define LG_WRITE_BEHIND_MAX (1u << 30)
+int lg_dev_write_behind (struct lg_dev *d, size_t max);
 
 /* Microseconds on the monotonic clock. */
 uint64_t lg_dev_now_us (void);

@@ -103,6 +103,8 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
     /* Out of memory it only reads nothing ahead. */
     if (lg_dev_read_ahead (dev, fs->o.read_ahead) < 0)
       lg_warn ("%s: no read-ahead: %m", dev->name);
+    if (lg_dev_write_behind (dev, fs->o.write_behind) < 0)
+      lg_warn ("%s: no write-behind: %m", dev->name);
   }
   return fs->n++;
 }

@@ -16,8 +16,9 @@ struct lg_fs_opts {
   mode_t file_mode; /* default 0600 (0400 read-only) */
   uid_t uid;
   gid_t gid;
-  bool direct_io;    /* bypass the page cache */
-  size_t read_ahead; /* lg_dev_read_ahead for each file's device */
+  bool direct_io;      /* bypass the page cache */
+  size_t read_ahead;   /* lg_dev_read_ahead for each file's device */
+  size_t write_behind; /* lg_dev_write_behind for each file's device */
   /* In the background, once it serves: standard error goes to log_fd
    * (-1: /dev/null), and messages to syslog if log_syslog. */
   int log_fd;

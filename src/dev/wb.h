@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Write-behind for the top of a stack (dev.c calls it from the checked
+ * entry points; front ends only set its size with lg_dev_write_behind).
+ *
+ * A write is copied into a bounded buffer and acknowledged at once, as a
+ * disk's volatile write cache does; worker threads write the buffer to
+ * the device, several commands at once across the pool's sessions, and
+ * writes that follow each other are joined into commands of up to
+ * WB_JOIN bytes.  So a single writer (dd, cp, an NBD client with one
+ * request at a time) is not bound by one round trip per write.
+ *
+ * The promises:
+ * - A flush (and so fsync, NBD FLUSH) returns only after every write
+ *   acknowledged before it began is written to the device, and then the
+ *   device's flush has run (the target's cache).
+ * - A write, read, trim, zero, compare-and-write or extents query that
+ *   overlaps buffered writes waits for them first: a read returns the
+ *   latest write, and no write overtakes an older one to the same bytes.
+ *   A FUA write is not buffered.
+ * - A buffered write that fails is logged with the LUN and the range, and
+ *   counted as a possible loss (lg_dev_losses): each client's next flush
+ *   fails once (the front ends track it per client).  Nothing is retried
+ *   here: the layers below already retried up to the outage budget.
+ * - Memory: at most the size set, per device; a write larger than half
+ *   of it is written directly (after the writes it overlaps).
+ *
+ * It sits above the crypt layer, with read-ahead: it holds the plaintext
+ * a client wrote, as the client's own page cache would, and every write
+ * it issues is an ordinary write of the layer below, so the crypt
+ * layer's guarantees (each unit old or new after any fault, the barrier
+ * before a slot is reused) hold unchanged.  Below the crypt layer it
+ * would hold ciphertext whose metadata writes the crypt layer orders by
+ * their completion, which an early acknowledgement would break.
+ *
+ * Locks: wb->lock is a leaf, never held across a request to the device
+ * (doc/locking.md).
+ */
+#ifndef LG_WB_H
+#define LG_WB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct lg_dev;
+struct lg_wb;
+
+/* A write-behind for d of at most max bytes; NULL with errno. */
+struct lg_wb *lg_wb_new (struct lg_dev *d, size_t max);
+/* Writes everything buffered (waiting for it), stops the workers, frees
+ * everything. */
+void lg_wb_free (struct lg_wb *wb);
+
+/* Takes a write of [off, off+count): 1 buffered (acknowledged), 0 the
+ * caller writes it itself (too large, FUA, or out of memory); either way
+ * the buffered writes it overlaps have been written first. */
+int lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
+                 unsigned flags);
+/* Waits until no buffered write overlaps [off, off+count). */
+void lg_wb_wait_range (struct lg_wb *wb, uint64_t count, uint64_t off);
+/* Whether a buffered write overlaps [off, off+count) now (no wait). */
+bool lg_wb_overlaps (struct lg_wb *wb, uint64_t count, uint64_t off);
+/* Waits until every write buffered before the call is written (or has
+ * failed). */
+void lg_wb_drain (struct lg_wb *wb);
+/* Buffered writes that failed, in all. */
+uint64_t lg_wb_failures (const struct lg_wb *wb);
+
+/* " wb_writes=... wb_bytes=... wb_depth_bytes=... wb_waits=...
+ * wb_failures=..." (a leading space, no newline). */
+void lg_wb_stats_print (const struct lg_wb *wb, FILE *f);
+
+#endif

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Write-behind (src/dev/wb.h, issue 29): writes are acknowledged once
+# buffered, and its promises hold against a target whose backing store
+# stalls or fails chosen writes (faultio under tgtd):
+#   1. a write returns before the target has it (it is buffered);
+#   2. a read from another connection returns that write meanwhile;
+#   3. a flush returns only once the write is in the target's backing file;
+#   4. a newer write to the same bytes is not overtaken by the older,
+#      stalled one;
+#   5. a buffered write that fails makes the next flush of each client
+#      fail once, and the log names the LUN and the range;
+#   6. nbdkit stopped (SIGTERM) right after a buffered write writes it
+#      before it exits;
+#   7. the mount: fsync returns only once the write is in the backing file,
+#      and a failed buffered write fails the next fsync;
+#   8. by default the plugin writes through (the write waits for the
+#      target).
+. "${srcdir:-.}/functions-fault.sh"
+require_lungate_plugin
+require_nbd_python
+fault_tgt_start
+t=iqn.2026-12.org.lungate:wb
+tgt_add_target 1 "$t"
+for l in 1 2 3; do tgt_add_lun 1 "$l" 16M; done
+tgt_allow 1 ALL
+url="iscsi://$TGT_PORTAL/$t"
+img=$(tgt_lun_file 1 1)
+f=$(basename "$img")
+MiB=$((1 << 20))
+
+# byte_at FILE OFFSET: the byte there, as two hex digits.
+byte_at () { od -An -tx1 -j "$2" -N1 "$1" | tr -d ' '; }
+
+cat >"$TGT_DIR/wb.py" <<'PY'
+import nbd, sys, os
+sock, faultlog = sys.argv[1], sys.argv[2]
+def conn():
+    h = nbd.NBD()
+    h.connect_uri(sock if "://" in sock else "nbd+unix:///?socket=" + sock)
+    return h
+def stalled_end():
+    return any(l.startswith("stall-end ") for l in open(faultlog))
+step = sys.argv[3]
+if step == "buffered":
+    # 1-3: a write the target stalls, read back from another connection,
+    # then flushed.
+    a, b = conn(), conn()
+    a.pwrite(b"\x5a" * 65536, 1 << 20)
+    print("ended-before-ack" if stalled_end() else "acked-first")
+    d = b.pread(65536, 1 << 20)
+    print("read-latest" if d == b"\x5a" * 65536 else "read-stale %r" % set(d))
+    # The read waited for that write.  Five more, apart (not joined),
+    # each stalled: more than the workers, so that one is still buffered
+    # when the flush comes.
+    for i in range(5):
+        a.pwrite(b"\x5b" * 65536, (2 << 20) + i * 131072)
+    a.flush()
+    print("flushed")
+elif step == "overtake":
+    # 4: the older write stalls in the target; the newer one to the same
+    # bytes must land after it.
+    a = conn()
+    a.pwrite(b"OLD!" * 16384, 3 << 20)
+    a.pwrite(b"new!" * 16384, 3 << 20)
+    a.flush()
+    print("flushed")
+elif step == "fail":
+    # 5: two clients; the write fails in the background.
+    a, b = conn(), conn()
+    a.pwrite(b"\x77" * 4096, 5 << 20)
+    print("acked")
+    sys.stdout.flush()
+    input()   # the test waits for the failure in the log
+    for name, h in (("a", a), ("b", b), ("a", a), ("b", b)):
+        try:
+            h.flush(); print("flush", name, "ok")
+        except nbd.Error as e:
+            print("flush", name, "failed", e.errno)
+elif step == "write":
+    a = conn()
+    a.pwrite(b"\x6b" * 65536, 7 << 20)
+    print("acked")
+PY
+
+gw_log () { cat "$TGT_DIR/$1.log" >&2; }
+
+# 1-3.
+fault_rule "op=write path=$f off=$MiB-$((MiB + 65536)) action=stall:4000"
+fault_rule "op=write path=$f off=$((2 * MiB))-$((2 * MiB + 5 * 131072)) action=stall:3000 count=5"
+nbd_gw g "url=$url/1" writebehind=8M
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" buffered \
+  >"$TGT_DIR/buffered.out" || { gw_log g; cat "$TGT_DIR/buffered.out"; fail "the buffered-write client"; }
+cat "$TGT_DIR/buffered.out"
+grep -qx acked-first "$TGT_DIR/buffered.out" \
+  || fail "the write was acknowledged only after the target had it (not buffered)"
+grep -qx read-latest "$TGT_DIR/buffered.out" \
+  || fail "a read beside a buffered write did not return it"
+[ "$(grep -c "^stall-end 2 " "$FAULT_LOG")" = 5 ] \
+  || { cat "$FAULT_LOG"; fail "the flush returned before the buffered writes reached the target"; }
+for i in 0 1 2 3 4; do
+  [ "$(byte_at "$img" $((2 * MiB + i * 131072)))" = 5b ] \
+    || fail "after the flush, the backing file does not hold write $i"
+done
+
+# 4.
+fault_rule "op=write path=$f match=OLD! action=stall:3000"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" overtake \
+  >"$TGT_DIR/overtake.out" || { gw_log g; fail "the overtake client"; }
+fault_log_has "^stall-end $(fault_lines) " || fail "the older write never reached the target"
+[ "$(head -c 4 <(tail -c +$((3 * MiB + 1)) "$img"))" = "new!" ] \
+  || fail "an older buffered write overtook the newer one to the same bytes"
+
+# 5.
+fault_rule "op=write path=$f off=$((5 * MiB))-$((5 * MiB + 4096)) action=fail:5 count=0"
+coproc WB { env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" fail 2>&1; }
+read -r -t 60 line <&"${WB[0]}" || fail "the failing-write client did not start"
+[ "$line" = acked ] || fail "the failing-write client: $line"
+for _ in $(seq 300); do
+  grep -q "(write-behind) failed, bytes $((5 * MiB))-$((5 * MiB + 4095))" "$TGT_DIR/g.log" && break
+  sleep 0.1
+done
+grep -q "$t/1: writes acknowledged before they reached the device (write-behind) failed, bytes $((5 * MiB))-" \
+  "$TGT_DIR/g.log" || { gw_log g; fail "a failed buffered write is not logged with its LUN and range"; }
+echo go >&"${WB[1]}"
+out=$(cat <&"${WB[0]}")
+wait "$WB_PID" 2>/dev/null || true
+echo "$out"
+[ "$(echo "$out" | grep -Ec '^flush . failed (5|EIO)$')" = 2 ] \
+  || fail "a failed buffered write did not fail the next flush of each of two clients once"
+[ "$(echo "$out" | sed -n 3,4p | grep -c 'ok$')" = 2 ] \
+  || fail "after each client heard of the failure, its flushes fail still"
+fault_clear
+
+# 6.
+fault_rule "op=write path=$f off=$((7 * MiB))-$((7 * MiB + 65536)) action=stall:3000 # stop"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" write \
+  >/dev/null || fail "the write before the stop"
+nbd_stop "${NBD_GW[g]}"
+[ "$(byte_at "$img" $((7 * MiB)))" = 6b ] \
+  || { gw_log g; fail "nbdkit stopped without writing what it had buffered"; }
+fault_clear
+
+# 8. By default (and with writebehind=0) the write returns only after
+# the target has it.
+img3=$(tgt_lun_file 1 3)
+fault_rule "op=write path=$(basename "$img3") off=$MiB-$((MiB + 65536)) action=stall:2000"
+nbd_run "url=$url/3" -- "$NBD_PYTHON" "$TGT_DIR/wb.py" '$uri' "$FAULT_LOG" buffered \
+  >"$TGT_DIR/through.out" 2>&1 || true
+sed -i 's/^/  /' "$TGT_DIR/through.out"
+grep -q ended-before-ack "$TGT_DIR/through.out" \
+  || { cat "$TGT_DIR/through.out"; fail "by default, a write returned before the target had it"; }
+fault_clear
+
+# 7. The mount.
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  img2=$(tgt_lun_file 1 2)
+  f2=$(basename "$img2")
+  m=$TGT_DIR/m
+  mount_points "$m"
+  "$LUNGATE" mount --write-behind 4M "$url/2" "$m" || fail "mount"
+  fault_rule "op=write path=$f2 off=$MiB-$((MiB + 65536)) action=stall:3000"
+  fault_rule "op=write path=$f2 off=$((9 * MiB))-$((9 * MiB + 4096)) action=fail:5 count=0"
+  python3 - "$m/lun2" <<'PY' || fail "mount: write and fsync"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"\x3c" * 65536, 1 << 20)
+os.fsync(fd)
+os.close(fd)
+PY
+  fault_log_has "^stall-end [0-9]+ write $MiB " \
+    || fail "mount: fsync returned before the buffered write reached the target"
+  [ "$(byte_at "$img2" "$MiB")" = 3c ] || fail "mount: after fsync, the backing file does not hold the write"
+  python3 - "$m/lun2" <<'PY' >"$TGT_DIR/mfail.out" 2>&1
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"\x3d" * 4096, 9 << 20)
+try:
+    os.fsync(fd); print("fsync ok")
+except OSError as e:
+    print("fsync failed", e.errno)
+PY
+  cat "$TGT_DIR/mfail.out"
+  grep -qx "fsync failed 5" "$TGT_DIR/mfail.out" \
+    || fail "mount: a failed buffered write did not fail the next fsync"
+  fault_clear
+  fusermount3 -u "$m" 2>/dev/null || "$LUNGATE" umount "$m" || true
+fi
+echo "test-write-behind: ok"
