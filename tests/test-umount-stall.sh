@@ -23,14 +23,21 @@ mount_points "$m"
 cont () { [ -z "$TGT_PID" ] || kill -CONT "$TGT_PID" 2>/dev/null || true; }
 on_exit cont
 
-for kind in written read; do
-  "$LUNGATE" mount --log "$TGT_DIR/mount-$kind.log" "$url" "$m" || fail "mount"
-  if [ "$kind" = written ]; then
-    head -c 4M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
-      || fail "write"
-  else
+# mount_write NAME SIZE: mounted, logging to mount-NAME.log, and SIZE
+# random bytes written and synced (SIZE 0: read the LUN instead).
+mount_write ()
+{
+  "$LUNGATE" mount --log "$TGT_DIR/mount-$1.log" "$url" "$m" || fail "mount"
+  if [ "$2" = 0 ]; then
     dd if="$m/lun1" of=/dev/null bs=1M status=none || fail "read"
+  else
+    head -c "$2" /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
+      || fail "write"
   fi
+}
+
+for kind in written read; do
+  if [ "$kind" = written ]; then mount_write "$kind" 4M; else mount_write "$kind" 0; fi
   kill -STOP "$TGT_PID"
   (sleep 3; kill -CONT "$TGT_PID") &
   sp=$!
@@ -48,9 +55,7 @@ done
 # target: it stops waiting, and the unmount fails, saying so (the daemon
 # was killed by the signal's default action, with nothing said, and
 # lungate umount exited 0).
-"$LUNGATE" mount --log "$TGT_DIR/mount-sig.log" "$url" "$m" || fail "mount"
-head -c 1M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
-  || fail "write"
+mount_write sig 1M
 dpid=$(pgrep -f "lungate mount --log $TGT_DIR/mount-sig.log" | head -n 1)
 [ -n "$dpid" ] || fail "no mount daemon found"
 kill -STOP "$TGT_PID"
@@ -69,9 +74,7 @@ echo "a signal during the final flush: the unmount failed, saying so"
 
 # A target that does not come back: the unmount ends, reporting the
 # failed flush, within the stop budget (not the 60 s outage budget).
-"$LUNGATE" mount --log "$TGT_DIR/mount-gone.log" "$url" "$m" || fail "mount"
-head -c 1M /dev/urandom | dd of="$m/lun1" bs=1M conv=fsync,notrunc status=none \
-  || fail "write"
+mount_write gone 1M
 kill -STOP "$TGT_PID"
 s=$(date +%s)
 rc=0

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <mntent.h>
@@ -509,6 +510,24 @@ parse_o (struct mount_args *a, const char *arg)
   return r;
 }
 
+/* --read-ahead, --write-behind: 0 (none), or a size from min to max.  0,
+ * or -1 (said why). */
+static int
+buffer_size (const char *opt, const char *arg, uint64_t min, uint64_t max,
+             size_t *out)
+{
+  uint64_t sz;
+
+  if (lg_parse_size (arg, &sz) < 0 || (sz != 0 && (sz < min || sz > max))) {
+    lg_error ("%s: 0 (none), or a size from %" PRIu64 "K to %" PRIu64
+              "G, not '%s'",
+              opt, min >> 10, max >> 30, arg);
+    return -1;
+  }
+  *out = (size_t) sz;
+  return 0;
+}
+
 /* One option of mount's own: 0, or -1 (said why). */
 static int
 mount_option (struct mount_args *a, int c, const char *arg)
@@ -548,33 +567,12 @@ mount_option (struct mount_args *a, int c, const char *arg)
   case OPT_STRICT:
     a->strict = true;
     return 0;
-  case OPT_READ_AHEAD: {
-    uint64_t sz;
-
-    if (lg_parse_size (arg, &sz) < 0
-        || (sz != 0 && (sz < LG_READ_AHEAD_MIN || sz > LG_READ_AHEAD_MAX))) {
-      lg_error ("--read-ahead: 0 (none), or a size from 256K to 1G, not "
-                "'%s'",
-                arg);
-      return -1;
-    }
-    a->fo.read_ahead = (size_t) sz;
-    return 0;
-  }
-  case OPT_WRITE_BEHIND: {
-    uint64_t sz;
-
-    if (lg_parse_size (arg, &sz) < 0
-        || (sz != 0
-            && (sz < LG_WRITE_BEHIND_MIN || sz > LG_WRITE_BEHIND_MAX))) {
-      lg_error ("--write-behind: 0 (none), or a size from 256K to 1G, not "
-                "'%s'",
-                arg);
-      return -1;
-    }
-    a->fo.write_behind = (size_t) sz;
-    return 0;
-  }
+  case OPT_READ_AHEAD:
+    return buffer_size ("--read-ahead", arg, LG_READ_AHEAD_MIN,
+                        LG_READ_AHEAD_MAX, &a->fo.read_ahead);
+  case OPT_WRITE_BEHIND:
+    return buffer_size ("--write-behind", arg, LG_WRITE_BEHIND_MIN,
+                        LG_WRITE_BEHIND_MAX, &a->fo.write_behind);
   case OPT_KEY_DIR:
     a->tab.dir = arg;
     return 0;
