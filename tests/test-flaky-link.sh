@@ -4,7 +4,8 @@
 # and tgtd adds what a Wi-Fi link does besides its delay: jitter, a
 # stall of 1.5 s every 6 s, a connection reset every 5 s, a rate that
 # drops tenfold half of the time.  Copies in and out, through the mount
-# and through the plugin, plain and encrypted, end byte-identical, and
+# and through the plugin, plain (written with write-behind) and
+# encrypted (written through), end byte-identical, and
 # the throughput is printed.  The faults must really have happened
 # (the proxy counts them), or the test proves nothing.
 #
@@ -45,12 +46,14 @@ rate ()
 now_ms () { echo $(( $(date +%s%N) / 1000000 )); }
 
 for lun in 1 2; do
-  kind=plain; k=(); kp=()
-  [ $lun = 2 ] && { kind=encrypted; k=(--key-file "$key"); kp=("key-file=$key"); }
+  # The plain LUN is written in with write-behind (src/dev/wb.h), the
+  # volume without.
+  kind=plain; k=(); kp=(); wb=(--write-behind 8M); wbp=(writebehind=8M)
+  [ $lun = 2 ] && { kind=encrypted; k=(--key-file "$key"); kp=("key-file=$key"); wb=(); wbp=(); }
   # The mount: in, then out after a new mount (nothing from the cache).
   head -c $((mb << 20)) /dev/urandom >"$TGT_DIR/in"
   with_timeout 120 "$LUNGATE" mount --connections 2 --log "$TGT_DIR/mount-$lun-in.log" \
-    "${k[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount-$lun-in.log"; fail "mount LUN $lun"; }
+    "${k[@]}" "${wb[@]}" "$url/$lun" "$m" || { cat "$TGT_DIR/mount-$lun-in.log"; fail "mount LUN $lun"; }
   s=$(now_ms)
   dd if="$TGT_DIR/in" of="$m/lun$lun" bs=1M conv=fsync,notrunc status=none \
     || { cat "$TGT_DIR/mount-$lun-in.log"; fail "$kind copy into the mount failed"; }
@@ -68,8 +71,8 @@ for lun in 1 2; do
   # The plugin: in with nbdcopy, out with nbdcopy through a new nbdkit.
   head -c $((mb << 20)) /dev/urandom >"$TGT_DIR/in"
   s=$(now_ms)
-  nbd_run "url=$url/$lun" connections=2 "${kp[@]}" -- \
-    nbdcopy "$TGT_DIR/in" '$uri' 2>"$TGT_DIR/nbd.err" \
+  nbd_run "url=$url/$lun" connections=2 "${kp[@]}" "${wbp[@]}" -- \
+    nbdcopy --flush "$TGT_DIR/in" '$uri' 2>"$TGT_DIR/nbd.err" \
     || { cat "$TGT_DIR/nbd.err"; fail "$kind copy into the plugin failed"; }
   rate "plugin, $kind, in" "$s"
   s=$(now_ms)
