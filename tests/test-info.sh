@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # info on a 512-byte thin LUN, a 4096-byte LUN, a write-protected LUN,
 # the controller LUN and a formatted LUN, in text and JSON; and the examples
-# of README and lungate-info(1) are what it really prints.
+# of README (info and discover) and lungate-info(1) are what it really
+# prints.
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require python3
@@ -21,6 +22,15 @@ tgt_add_lun 1 4 256M
 tgt_lun_params 1 4 thin_provisioning=1
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t"
+# The quickstart's target itself (contrib/quickstart), for README's
+# discover example.
+qs=iqn.2026-11.org.lungate:quickstart
+tgt_add_target 2 "$qs"
+tgt_add_lun 2 1 1G
+tgt_lun_params 2 1 thin_provisioning=1
+tgt_add_lun 2 2 256M
+tgt_lun_params 2 2 thin_provisioning=1
+tgt_allow 2 ALL
 
 out=$(with_timeout 60 "$LUNGATE" info "$url/1") || fail "info 1 failed"
 printf '%s\n' "$out"
@@ -194,6 +204,20 @@ check_example ()
   }
 }
 doc=${top_srcdir:-..}
+# README's discover example (one target on the portal there; here the
+# same target by its URL), the portal's address aside.
+doc_disc=$(awk 'index($0, "$ lungate discover iscsi://") { on = 1; n++; next }
+    on && /^[[:space:]]*$/ { on = 0 }
+    on { sub(/^    /, ""); print }
+    END { if (n != 1) exit 1 }' "$doc/README") \
+  || fail "README: not exactly one example of lungate discover"
+real_disc=$(with_timeout 60 "$LUNGATE" discover "iscsi://$TGT_PORTAL/$qs") \
+  || fail "discover failed"
+mask_portal () { sed -E 's/^(  portal )[0-9.:]+(,[0-9]+)$/\1PORTAL\2/'; }
+[ "$(mask_portal <<<"$doc_disc")" = "$(mask_portal <<<"$real_disc")" ] || {
+  diff -u <(mask_portal <<<"$doc_disc") <(mask_portal <<<"$real_disc") >&2
+  fail "README: the example of lungate discover is not what it prints"
+}
 check_example "$doc/README" 1 1
 check_example "$doc/README" 2 4 "grep volume"
 check_example "$doc/man/lungate-info.pod" 1 1
