@@ -74,9 +74,15 @@ if grep -v '^fusermount3' "$w/err" | grep -q "user_allow_other"; then
   cat "$w/err"; fail "a fuse.conf that allows allow_other was blamed"
 fi
 
-# unshare -Urm: no helper, and it works.
+# unshare -Urm: no helper, and it works; the pattern of lungate-mount(1),
+# ending with lungate umount, leaves no daemon behind in the namespace.
 as_nobody "" unshare -Urm sh -c \
-  "'$w/lungate' mount --log stderr '$url' '$w/m' && ls '$w/m' && umount '$w/m'" \
-  || { cat "$w/err"; fail "unshare -Urm: the mount failed"; }
+  "'$w/lungate' mount --log stderr '$url' '$w/m' && ls '$w/m'; '$w/lungate' umount '$w/m'" \
+  || { cat "$w/err"; fail "unshare -Urm: the mount or lungate umount failed"; }
 grep -qx lun1 "$w/out" || { cat "$w/out" "$w/err"; fail "unshare -Urm: no lun1"; }
+for _ in $(seq 50); do pgrep -f "lungate mount --log stderr $url" >/dev/null || break; sleep 0.1; done
+if pgrep -f "lungate mount --log stderr $url" >/dev/null; then
+  pkill -f "lungate mount --log stderr $url"
+  fail "unshare -Urm: the daemon outlived the shell after lungate umount"
+fi
 echo "test-fuse-hints: ok"
