@@ -47,6 +47,28 @@ n=$(grep -c "connection lost: .*; reconnecting" "$log" || true)
 [ "$n" -eq 2 ] || { cat "$log"; fail "two outages of one session gave $n 'connection lost' lines"; }
 nbd_stop "${NBD_GW[g]}"
 
+# 1b. A pool of four sessions and one outage: "logged in again" once (the
+# other sessions' logins are debug lines), and the refused reconnection
+# is a warning, not an error (issue 30, item 10: one line per session,
+# and "error:" for what the gateway rides out).
+nbd_gw p "url=iscsi://$TGT_PORTAL/$t/1" connections=4
+plog=$TGT_DIR/p.log
+nbd_io p write 3 7 >/dev/null || fail "write through the pool"
+tgt_kill
+for _ in $(seq 100); do grep -q "reconnecting: " "$plog" && break; sleep 0.1; done
+tgt_restart
+for _ in $(seq 200); do grep -q "logged in again" "$plog" && break; sleep 0.1; done
+nbd_io p write 4 8 >/dev/null || fail "write after the outage"
+sleep 3 # the other sessions' logins
+n=$(grep -c "logged in again" "$plog" || true)
+[ "$n" -eq 1 ] || { cat "$plog"; fail "one outage of a pool of 4 sessions gave $n 'logged in again' lines"; }
+grep "reconnecting: " "$plog" | grep -q "^nbdkit: lungate: warning: " \
+  || { cat "$plog"; fail "a refused reconnection is not a warning"; }
+if grep -q "error: .*reconnecting: " "$plog"; then
+  cat "$plog"; fail "a refused reconnection is tagged 'error:'"
+fi
+nbd_stop "${NBD_GW[p]}"
+
 # 2. A long target name: the ACL refuses, then within seconds CHAP
 # fails instead; both reasons are logged.
 nbd_gw l "url=iscsi://$TGT_PORTAL/$long/1" user=gwuser "password=+$secret" \

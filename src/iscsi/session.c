@@ -355,6 +355,18 @@ nap (struct lg_session *s, int64_t ms)
     lg_s_efd_drain (s->efd);
 }
 
+/* Whether this login is news for the pool: the first of its sessions to
+ * log in again at this portal (lg_s_first_say; the time it took is left
+ * out of the line's identity). */
+static bool
+said_login (struct lg_session *s)
+{
+  char key[sizeof s->target + sizeof s->portal + 32];
+
+  snprintf (key, sizeof key, "%s: logged in again at %s", s->target, s->portal);
+  return lg_s_first_say (s, key);
+}
+
 /* One turn of the loop with the connection down: after a backoff, log in
  * again (to the next portal when one fails) and reissue what was held;
  * past the outage budget, fail what waits and whatever comes, and go on
@@ -406,8 +418,10 @@ loop_down (struct lg_session *s)
 
       snprintf (line, sizeof line, "%s: reconnecting: %s", s->target,
                 s->open_err);
+      /* A warning: requests wait within the outage budget (recovery.c
+       * says when they start failing). */
       if (lg_s_first_say (s, line))
-        lg_error ("%s", line);
+        lg_warn ("%s", line);
       else
         lg_debug ("%s", line);
       snprintf (s->last_err, sizeof s->last_err, "%s", s->open_err);
@@ -431,9 +445,16 @@ loop_down (struct lg_session *s)
   s->last_err[0] = '\0';
   atomic_fetch_add (&s->reconnects, 1);
   atomic_fetch_add (&s->login_gen, 1);
-  if (s->short_conns <= STORM_AFTER) /* else a storm, said once a minute */
+  /* Once for the pool (the other sessions' logins at debug); a storm is
+   * said once a minute. */
+  if (s->short_conns <= STORM_AFTER && said_login (s))
     lg_warn ("%s: logged in again at %s after %.1f s", s->target, s->portal,
              (double) (lg_mono_ms () - s->down_since) / 1000.0);
+  else if (s->short_conns <= STORM_AFTER)
+    lg_debug ("%s: logged in again at %s after %.1f s (another session "
+              "of the pool too)",
+              s->target, s->portal,
+              (double) (lg_mono_ms () - s->down_since) / 1000.0);
   else
     lg_debug ("%s: logged in again at %s (%u short connections)", s->target,
               s->portal, s->short_conns);
