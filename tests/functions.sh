@@ -761,7 +761,8 @@ fuse_fsck ()
   _lg_fs_mount "$f" "$fs" || { fusermount3 -u "$m"; return 1; }
   cp -a "$dir/tree/." "$fs/"
   _lg_fs_umount "$fs"
-  fusermount3 -u "$m" || return 1
+  # (lungate umount waits for the daemon to release the LUN.)
+  "$LUNGATE" umount "$m" >/dev/null || return 1
   "$LUNGATE" mount "$@" "$url" "$m" || return 1
   _lg_fs_mount "$f" "$fs" ro || { fusermount3 -u "$m"; return 1; }
   diff -r -x lost+found "$dir/tree" "$fs" >/dev/null || { _lg_fs_umount "$fs"; fusermount3 -u "$m"; return 1; }
