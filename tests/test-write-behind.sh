@@ -11,7 +11,8 @@
 #   5. a buffered write that fails makes the next flush of each client
 #      fail once, and the log names the LUN and the range;
 #   6. nbdkit stopped (SIGTERM) right after a buffered write writes it
-#      before it exits;
+#      before it exits, and a mount started meanwhile waits for its
+#      release rather than being refused;
 #   7. the mount: fsync returns only once the write is in the backing file,
 #      and a failed buffered write fails the next fsync;
 #   8. by default the plugin writes through (the write waits for the
@@ -132,13 +133,22 @@ echo "$out"
   || fail "after each client heard of the failure, its flushes fail still"
 fault_clear
 
-# 6.
-fault_rule "op=write path=$f off=$((7 * MiB))-$((7 * MiB + 65536)) action=stall:3000 # stop"
+# 6.  And a mount of the LUN started at once waits for the closing
+# gateway's release (util/alive.h, lg_alive_closing) instead of being
+# refused after 3 s.
+fault_rule "op=write path=$f off=$((7 * MiB))-$((7 * MiB + 65536)) action=stall:6000 # stop"
 env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" write \
   >/dev/null || fail "the write before the stop"
+kill "${NBD_GW[g]}"
+fault_wait_log "^stall-begin $(fault_lines) " 10
+mnt=$TGT_DIR/m6
+mount_points "$mnt"
+with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/m6.log" "$url/1" "$mnt" 2>"$TGT_DIR/m6.err" \
+  || { cat "$TGT_DIR/m6.err"; fail "a mount while nbdkit was closing (writing its buffer) was refused"; }
 nbd_stop "${NBD_GW[g]}"
 [ "$(byte_at "$img" $((7 * MiB)))" = 6b ] \
   || { gw_log g; fail "nbdkit stopped without writing what it had buffered"; }
+"$LUNGATE" umount "$mnt" >/dev/null || fail "umount m6"
 fault_clear
 
 # 8. By default (and with writebehind=0) the write returns only after

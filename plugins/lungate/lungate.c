@@ -34,6 +34,7 @@
 #include "dev/dev.h"
 #include "dev/open.h"
 #include "lungate/signals.h"
+#include "util/alive.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/secret.h"
@@ -215,6 +216,8 @@ shut_down (void)
   if (done)
     return;
   done = true;
+  /* The next gateway of this host waits for the release (reserve.c). */
+  lg_alive_closing ();
   lgp_signals_stop ();
   log_stats ("exit");
   for (size_t i = 0; i < nexports; i++)

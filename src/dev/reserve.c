@@ -564,24 +564,40 @@ reserve (struct lg_reserve *r, char *err, size_t errlen)
 
 /* A gateway that is closing releases the LUN within moments (an unmount
  * returns before its process has): wait a little for that before a
- * refusal.  0 when st changed (read again), 1 when still held. */
+ * refusal; longer for a gateway of this host that said it is closing
+ * (lg_alive_closing: its final flush may wait for a stalled target up to
+ * the stop budget), while it runs.  0 when st changed (read again) or
+ * the holder has ended, 1 when still held. */
 #define HOLDER_WAIT_MS 3000
+#define CLOSING_WAIT_MS 30000
 static int
 wait_for_holder (struct lg_reserve *r, struct lg_pr_state *st, char *err,
                  size_t errlen)
 {
   uint64_t holder = st->holder;
+  bool here = lg_pr_key_here (holder);
+  bool said = false;
+  pid_t pid;
 
-  for (int waited = 0; waited < HOLDER_WAIT_MS; waited += 100) {
+  for (int waited = 0;; waited += 100) {
     struct timespec ts = { 0, 100 * 1000 * 1000 };
 
+    if (here && !said && lg_alive_is_closing (holder)) {
+      said = true;
+      lg_info ("%s: the gateway holding it (pid %ld) is closing: waiting "
+               "for it to release the LUN",
+               r->name, (long) (lg_alive_dead (holder, &pid) == 0 ? pid : 0));
+    }
+    if (waited >= (said ? CLOSING_WAIT_MS : HOLDER_WAIT_MS))
+      return 1;
     nanosleep (&ts, NULL);
     if (lg_reserve_read (r->p, r->lun, st, err, errlen) < 0)
       return -1;
     if (!st->reserved || st->holder != holder)
       return 0;
+    if (said && lg_alive_dead (holder, &pid) == 1)
+      return 0; /* ended holding it: claim_held sees it dead */
   }
-  return 1;
 }
 
 static int

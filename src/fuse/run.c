@@ -30,6 +30,7 @@
 
 #include "fuse/fs-int.h"
 #include "fuse/fs.h"
+#include "util/alive.h"
 #include "util/log.h"
 
 /* Waits for the requests still in flight below (a write waiting for its
@@ -729,6 +730,8 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
    * stop. */
   r = (r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP) ? 0 : -1;
   atomic_store (&fs->serving, false);
+  /* The next mount of these LUNs waits for their release (reserve.c). */
+  lg_alive_closing ();
   if (watching) {
     pthread_join (watch, NULL);
     /* Until lg_fs_free's final flushes are done (lg_fs_end_signals), a

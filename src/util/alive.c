@@ -24,6 +24,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   uint64_t key;
   int fd;
+  size_t len; /* of the pid line */
 } marks[MAX_MARKS];
 static unsigned nmarks;
 static bool exit_armed;
@@ -137,6 +138,7 @@ lg_alive_mark (uint64_t key)
   }
   marks[nmarks].key = key;
   marks[nmarks].fd = fd;
+  marks[nmarks].len = strlen (pid);
   nmarks++;
   if (!exit_armed)
     exit_armed = atexit (at_exit) == 0;
@@ -170,6 +172,38 @@ lg_alive_dead (uint64_t key, pid_t *pid)
   }
   close (fd);
   return ret;
+}
+
+void
+lg_alive_closing (void)
+{
+  static const char line[] = "closing\n";
+
+  pthread_mutex_lock (&lock);
+  for (unsigned i = 0; i < nmarks; i++)
+    if (pwrite (marks[i].fd, line, sizeof line - 1, (off_t) marks[i].len) < 0)
+      continue; /* only a shorter wait for the next gateway */
+  pthread_mutex_unlock (&lock);
+}
+
+bool
+lg_alive_is_closing (uint64_t key)
+{
+  char path[4096], buf[64];
+  ssize_t n;
+  int fd;
+
+  if (key_path (key, path, sizeof path, false) < 0)
+    return false;
+  fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  n = pread (fd, buf, sizeof buf - 1, 0);
+  close (fd);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  return strstr (buf, "\nclosing\n") != NULL;
 }
 
 void

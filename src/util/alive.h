@@ -44,6 +44,14 @@ int lg_alive_dead (uint64_t key, pid_t *pid);
  * exit, so that the next gateway can prove it dead. */
 void lg_alive_keep (void);
 
+/* This process stops serving, and releases its LUNs once its final
+ * writes are done (an unmount, nbdkit stopping): its files say so, and a
+ * gateway of this host refused by one of its LUNs waits longer for the
+ * release (dev/reserve.c). */
+void lg_alive_closing (void);
+/* Whether the process that marked key said it is closing. */
+bool lg_alive_is_closing (uint64_t key);
+
 /* Removes the file of a dead process whose LUN was taken back. */
 void lg_alive_forget (uint64_t key);
 

@@ -87,3 +87,19 @@ Test (alive, foreign_dir_not_trusted, .init = setup, .fini = teardown)
                 "a directory others can write was used");
   cr_assert_eq (lg_alive_dead (0x4c00aabbccdd0003ull, &got), -1);
 }
+
+/* A process that says it is closing is seen so, with its pid still read
+ * from its file; a key that never said so is not. */
+Test (alive, closing, .init = setup, .fini = teardown)
+{
+  uint64_t key = 0x4c00aabbccdd0004ull;
+  pid_t got;
+
+  cr_assert_eq (lg_alive_mark (key), 0);
+  cr_assert_not (lg_alive_is_closing (key), "closing before it said so");
+  lg_alive_closing ();
+  cr_assert (lg_alive_is_closing (key), "its closing is not seen");
+  cr_assert_eq (lg_alive_dead (key, &got), 0);
+  cr_assert_eq (got, getpid (), "the pid is no longer read from the file");
+  cr_assert_not (lg_alive_is_closing (0x4c00aabbccdd0005ull));
+}
