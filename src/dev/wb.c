@@ -21,7 +21,7 @@
 /* Writes that follow each other are joined up to this many bytes. */
 #define WB_JOIN (1u << 20)
 #define WB_JOIN_MAX 256 /* writes in one join */
-#define WB_WORKERS 4
+#define WB_WORKERS 16
 
 struct entry {
   struct entry *prev, *next;
