@@ -16,14 +16,21 @@
 #   7. the mount: fsync returns only once the write is in the backing file,
 #      and a failed buffered write fails the next fsync;
 #   8. by default the plugin writes through (the write waits for the
-#      target).
+#      target);
+#   9. a FUA write after a failed buffered write succeeds, and the flush
+#      after it reports the failure;
+#  10. a read of the last of 2000 buffered writes does not wait for the
+#      others;
+#  11. nbdkit stopped with 2000 writes buffered for a stalled target
+#      exits at once, saying so in one line.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
 fault_tgt_start
 t=iqn.2026-12.org.lungate:wb
 tgt_add_target 1 "$t"
-for l in 1 2 3; do tgt_add_lun 1 "$l" 16M; done
+tgt_add_lun 1 1 32M
+for l in 2 3; do tgt_add_lun 1 "$l" 16M; done
 tgt_allow 1 ALL
 url="iscsi://$TGT_PORTAL/$t"
 img=$(tgt_lun_file 1 1)
@@ -82,6 +89,38 @@ elif step == "write":
     a = conn()
     a.pwrite(b"\x6b" * 65536, 7 << 20)
     print("acked")
+elif step == "fua":
+    # 9: a FUA write after a failed buffered write succeeds (its data is
+    # durable), and the flush after it reports the loss.
+    a = conn()
+    a.pwrite(b"\x77" * 4096, 5 << 20)
+    sys.stdout.write("acked\n"); sys.stdout.flush()
+    input()
+    try:
+        a.pwrite(b"\x11" * 4096, 9 << 20, nbd.CMD_FLAG_FUA); print("fua ok")
+    except nbd.Error as e:
+        print("fua failed", e.errno)
+    for i in range(2):
+        try:
+            a.flush(); print("flush ok")
+        except nbd.Error as e:
+            print("flush failed", e.errno)
+elif step == "many":
+    # 10: 2000 writes apart, each slowed by the target; a read of the last
+    # one from another connection returns it without waiting for the
+    # writes ahead of it.
+    a, b = conn(), conn()
+    for i in range(2000):
+        a.aio_pwrite(nbd.Buffer.from_bytearray(bytearray([i % 251 + 1]) * 4096),
+                     (8 << 20) + i * 8192)
+    while a.aio_in_flight() > 0:
+        a.poll(-1)
+    d = b.pread(4096, (8 << 20) + 1999 * 8192)
+    done = sum(1 for l in open(faultlog) if l.startswith("delay-end"))
+    print("read-latest" if d == bytes([1999 % 251 + 1]) * 4096 else "read-stale")
+    print("written-before-read", done)
+    a.flush()
+    print("flushed")
 PY
 
 gw_log () { cat "$TGT_DIR/$1.log" >&2; }
@@ -151,6 +190,61 @@ nbd_stop "${NBD_GW[g]}"
 "$LUNGATE" umount "$mnt" >/dev/null || fail "umount m6"
 fault_clear
 
+# 9. A FUA write does not take the loss report the next flush owes.
+nbd_gw g "url=$url/1" writebehind=8M
+fault_rule "op=write path=$f off=$((5 * MiB))-$((5 * MiB + 4096)) action=fail:5 count=0"
+coproc FUA { env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" fua 2>&1; }
+read -r -t 60 line <&"${FUA[0]}" || fail "the FUA client did not start"
+for _ in $(seq 300); do
+  [ "$(grep -c "(write-behind) failed, bytes $((5 * MiB))-" "$TGT_DIR/g.log")" -ge 2 ] && break
+  sleep 0.1
+done
+echo go >&"${FUA[1]}"
+out=$(cat <&"${FUA[0]}")
+echo "$out"
+[ "$(echo "$out" | sed -n 1p)" = "fua ok" ] \
+  || fail "a FUA write after a failed buffered write failed (its own data is durable)"
+echo "$out" | sed -n 2p | grep -Eq "^flush failed (5|EIO)$" \
+  || fail "the flush after a FUA write did not report the failed buffered write"
+[ "$(echo "$out" | sed -n 3p)" = "flush ok" ] || fail "the second flush failed too"
+fault_clear
+
+# 10. A read does not wait for the buffered writes ahead of what it reads.
+fault_rule "op=write path=$f off=$((8 * MiB))-$((8 * MiB + 2000 * 8192)) action=delay:50 count=0"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" many \
+  >"$TGT_DIR/many.out" || { cat "$TGT_DIR/many.out"; gw_log g; fail "the many-writes client"; }
+cat "$TGT_DIR/many.out"
+grep -qx read-latest "$TGT_DIR/many.out" || fail "a read of a buffered write did not return it"
+n=$(sed -n 's/^written-before-read //p' "$TGT_DIR/many.out")
+[ "$n" -lt 1500 ] \
+  || fail "a read of the last of 2000 buffered writes waited for the others ($n written first)"
+fault_clear
+
+# 11. nbdkit stopped while the target holds every write: the first write
+# that fails after a long wait fails the rest at once, in one line (each
+# waited for the abort, about 1 s, before).
+fault_rule "op=write path=$f off=$((8 * MiB))-$((8 * MiB + 2000 * 8192)) action=stall:60000 count=0"
+env -u LD_PRELOAD "$NBD_PYTHON" - "$TGT_DIR/g.sock" <<'PY' || fail "the writes before the stop"
+import nbd, sys
+h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
+for i in range(2000):
+    h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b"s") * 4096), (8 << 20) + i * 8192)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+PY
+kill "${NBD_GW[g]}"
+for _ in $(seq 600); do kill -0 "${NBD_GW[g]}" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "${NBD_GW[g]}" 2>/dev/null; then
+  kill -9 "${NBD_GW[g]}"
+  fail "nbdkit did not exit within 60 s of SIGTERM with 2000 writes buffered for a stalled target"
+fi
+grep -q "more writes acknowledged before they reached the device (write-behind), [0-9]* bytes" \
+  "$TGT_DIR/g.log" || { gw_log g; fail "the writes failed at once are not said in one line"; }
+[ "$(grep -c "(write-behind) failed, bytes" "$TGT_DIR/g.log")" -lt 100 ] \
+  || fail "a line for each write failed at the stop"
+fault_clear
+tgt_kill; tgt_restart
+
 # 8. By default (and with writebehind=0) the write returns only after
 # the target has it.
 img3=$(tgt_lun_file 1 3)
@@ -168,7 +262,7 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   f2=$(basename "$img2")
   m=$TGT_DIR/m
   mount_points "$m"
-  "$LUNGATE" mount --write-behind 4M "$url/2" "$m" || fail "mount"
+  "$LUNGATE" mount --write-behind 4M --log "$TGT_DIR/m.log" "$url/2" "$m" || fail "mount"
   fault_rule "op=write path=$f2 off=$MiB-$((MiB + 65536)) action=stall:3000"
   fault_rule "op=write path=$f2 off=$((9 * MiB))-$((9 * MiB + 4096)) action=fail:5 count=0"
   python3 - "$m/lun2" <<'PY' || fail "mount: write and fsync"
@@ -193,6 +287,29 @@ PY
   cat "$TGT_DIR/mfail.out"
   grep -qx "fsync failed 5" "$TGT_DIR/mfail.out" \
     || fail "mount: a failed buffered write did not fail the next fsync"
+  # A write that fails after its file was closed: the next file opened
+  # hears of it at its fsync, once.
+  python3 - "$m/lun2" "$TGT_DIR/m.log" <<'PY' >"$TGT_DIR/mreopen.out" 2>&1
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+import mmap
+buf = mmap.mmap(-1, 4096); buf.write(b"\x3e" * 4096)
+os.pwrite(fd, buf, 9 << 20)
+os.close(fd)
+for _ in range(300):
+    if open(sys.argv[2]).read().count("(write-behind) failed, bytes 9437184") >= 2: break
+    time.sleep(0.1)
+fd = os.open(sys.argv[1], os.O_RDWR)
+for i in range(2):
+    try:
+        os.fsync(fd); print("fsync ok")
+    except OSError as e:
+        print("fsync failed", e.errno)
+PY
+  cat "$TGT_DIR/mreopen.out"
+  [ "$(sed -n 1p "$TGT_DIR/mreopen.out")" = "fsync failed 5" ] \
+    || fail "mount: a write that failed after its file was closed was not reported to the next opener"
+  [ "$(sed -n 2p "$TGT_DIR/mreopen.out")" = "fsync ok" ] || fail "mount: reported twice"
   fault_clear
   fusermount3 -u "$m" 2>/dev/null || "$LUNGATE" umount "$m" || true
 fi

@@ -977,16 +977,16 @@ lungate_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
 {
   struct handle *h = handle;
 
-  return reply (h,
-                durable (h,
-                         lg_dev_pwrite (h->dev, buf, count, offset,
-                                        lg_nbdkit_dev_flags (flags)),
-                         (flags & NBDKIT_FLAG_FUA) != 0));
+  /* A FUA write's own data is durable when it succeeds: a possible loss
+   * of earlier writes is the next flush's to report (an EIO here would
+   * be taken for this write's, and the flush would then succeed). */
+  return reply (
+      h,
+      lg_dev_pwrite (h->dev, buf, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
-/* A request that claims durability (a flush, FUA) succeeded: unless a
- * possible loss came since this client last heard of one (another
- * client's flush may have been told first). */
+/* A flush succeeded: unless a possible loss came since this client last
+ * heard of one (another client's flush may have been told first). */
 static int
 durable (struct handle *h, int r, bool claims)
 {
@@ -997,9 +997,10 @@ durable (struct handle *h, int r, bool claims)
   now = lg_dev_losses (h->dev);
   seen = atomic_exchange (&h->seen_losses, now);
   if (r == 0 && now != seen) {
-    nbdkit_error ("%s: the target may have restarted, losing writes it "
-                  "had acknowledged and not yet flushed (reported to another "
-                  "client first): write them again",
+    nbdkit_error ("%s: writes acknowledged and not yet flushed may be lost "
+                  "(the target may have restarted, or a buffered write "
+                  "failed: the log says which; reported to another client "
+                  "first): write them again",
                   h->dev->name);
     errno = EIO;
     return -1;
@@ -1022,10 +1023,7 @@ lungate_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   struct handle *h = handle;
 
   return reply (
-      h,
-      durable (h,
-               lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags)),
-               (flags & NBDKIT_FLAG_FUA) != 0));
+      h, lg_dev_trim (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 static int
@@ -1034,10 +1032,7 @@ lungate_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   struct handle *h = handle;
 
   return reply (
-      h,
-      durable (h,
-               lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags)),
-               (flags & NBDKIT_FLAG_FUA) != 0));
+      h, lg_dev_zero (h->dev, count, offset, lg_nbdkit_dev_flags (flags)));
 }
 
 struct extents_call {

@@ -141,23 +141,25 @@ lg_dev_stats_print (const struct lg_dev *d, FILE *f)
 int
 lg_dev_pread (struct lg_dev *d, void *buf, size_t count, uint64_t off)
 {
+  struct lg_wb_snap *snap;
   uint64_t t0;
+  int r = 0;
 
   if (check_range (d, "read", count, off) < 0)
     return account (d, LG_OP_READ, 0, 0, -1);
   if (count == 0)
     return 0;
   t0 = lg_dev_now_us ();
-  /* The latest write first: what overlaps it is read after it. */
-  if (d->wb)
-    lg_wb_wait_range (d->wb, count, off);
-  if (d->ra) {
-    int r = lg_ra_read (d->ra, buf, count, off);
-
-    if (r != 0)
-      return account (d, LG_OP_READ, count, t0, r < 0 ? -1 : 0);
-  }
-  return account (d, LG_OP_READ, count, t0, d->ops->pread (d, buf, count, off));
+  /* The buffered writes it overlaps, laid over what is read. */
+  snap = d->wb ? lg_wb_snapshot (d->wb, count, off) : NULL;
+  if (d->ra)
+    r = lg_ra_read (d->ra, buf, count, off);
+  if (r == 0)
+    r = d->ops->pread (d, buf, count, off);
+  else if (r > 0)
+    r = 0;
+  lg_wb_snap_apply (snap, r == 0 ? buf : NULL, count, off);
+  return account (d, LG_OP_READ, count, t0, r);
 }
 
 /* A write, trim or zero of [off, off+count) starts or ended: the chunks

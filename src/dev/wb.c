@@ -27,8 +27,10 @@ struct entry {
   struct entry *prev, *next;
   uint64_t seq, off;
   size_t count;
-  bool busy; /* a worker writes it */
-  uint8_t data[];
+  bool busy;    /* a worker writes it */
+  bool filling; /* its data is being copied in: not yet for a worker */
+  bool urgent;  /* a request waits for it: written before older ones */
+  uint8_t *data;
 };
 
 struct lg_wb {
@@ -38,6 +40,14 @@ struct lg_wb {
   struct entry *head, *tail;
   size_t bytes, max;
   uint64_t seq;
+  /* Writers waiting for room go in turn (a large one is not starved by
+   * small ones). */
+  uint64_t next_ticket, serving;
+  /* A write failed after a long wait (the target does not answer) or the
+   * device is stopping: what is buffered fails at once, counted, and new
+   * writes are written through, until the buffer is empty. */
+  bool failing;
+  uint64_t quiet_n, quiet_bytes, quiet_lo, quiet_hi;
   pthread_t th[WB_WORKERS];
   unsigned nth;
   bool stopping;
@@ -87,14 +97,24 @@ lg_wb_free (struct lg_wb *wb)
   free (wb);
 }
 
-/* Whether a buffered write overlaps [off, off+count) (wb->lock held). */
+/* Whether a buffered write overlaps [off, off+count) (wb->lock held);
+ * when urge, those writes go before older ones (a request waits). */
 static bool
-overlapped (const struct lg_wb *wb, uint64_t count, uint64_t off)
+overlapped (struct lg_wb *wb, uint64_t count, uint64_t off, bool urge)
 {
-  for (const struct entry *e = wb->head; e; e = e->next)
-    if (e->off < off + count && off < e->off + e->count)
-      return true;
-  return false;
+  bool r = false;
+
+  for (struct entry *e = wb->head; e; e = e->next)
+    if (e->off < off + count && off < e->off + e->count) {
+      r = true;
+      if (!urge)
+        break;
+      if (!e->urgent && !e->busy) {
+        e->urgent = true;
+        pthread_cond_signal (&wb->work);
+      }
+    }
+  return r;
 }
 
 bool
@@ -103,7 +123,7 @@ lg_wb_overlaps (struct lg_wb *wb, uint64_t count, uint64_t off)
   bool r;
 
   pthread_mutex_lock (&wb->lock);
-  r = overlapped (wb, count, off);
+  r = overlapped (wb, count, off, false);
   pthread_mutex_unlock (&wb->lock);
   return r;
 }
@@ -112,7 +132,7 @@ void
 lg_wb_wait_range (struct lg_wb *wb, uint64_t count, uint64_t off)
 {
   pthread_mutex_lock (&wb->lock);
-  while (overlapped (wb, count, off))
+  while (overlapped (wb, count, off, true))
     pthread_cond_wait (&wb->done, &wb->lock);
   pthread_mutex_unlock (&wb->lock);
 }
@@ -135,34 +155,61 @@ lg_wb_drain (struct lg_wb *wb)
   pthread_mutex_unlock (&wb->lock);
 }
 
+/* Takes e out of the list (wb->lock held). */
+static void
+unlink_entry (struct lg_wb *wb, struct entry *e)
+{
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    wb->head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  else
+    wb->tail = e->prev;
+  wb->bytes -= e->count;
+  if (wb->head == NULL)
+    wb->failing = false;
+}
+
 int
 lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
              unsigned flags)
 {
   struct entry *e = NULL;
   bool waited = false;
+  uint64_t ticket;
 
   if (!(flags & LG_FUA) && count <= wb->max / 2)
-    e = malloc (sizeof *e + count);
+    e = calloc (1, sizeof *e);
   if (e == NULL) {
     lg_wb_wait_range (wb, count, off);
     return 0;
   }
-  memcpy (e->data, buf, count);
-  e->off = off;
-  e->count = count;
-  e->busy = false;
-  e->next = NULL;
   pthread_mutex_lock (&wb->lock);
+  ticket = wb->next_ticket++;
   for (;;) {
-    if (overlapped (wb, count, off))
+    if (overlapped (wb, count, off, true))
       ;
+    else if (ticket == wb->serving && wb->bytes + count <= wb->max)
+      break;
     else if (wb->bytes + count > wb->max)
       waited = true;
-    else
-      break;
     pthread_cond_wait (&wb->done, &wb->lock);
   }
+  wb->serving++;
+  pthread_cond_broadcast (&wb->done); /* the next in turn */
+  if (wb->failing) {
+    /* Written through: its own error is the client's at once. */
+    pthread_mutex_unlock (&wb->lock);
+    free (e);
+    return 0;
+  }
+  /* In the list before its data is copied (outside the lock): room
+   * reserved, and the writes that overlap it wait for it. */
+  e->off = off;
+  e->count = count;
+  e->filling = true;
   e->seq = ++wb->seq;
   e->prev = wb->tail;
   if (wb->tail)
@@ -171,13 +218,103 @@ lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
     wb->head = e;
   wb->tail = e;
   wb->bytes += count;
+  pthread_mutex_unlock (&wb->lock);
+  e->data = malloc (count);
+  if (e->data)
+    memcpy (e->data, buf, count);
+  pthread_mutex_lock (&wb->lock);
+  if (e->data == NULL) {
+    unlink_entry (wb, e);
+    pthread_cond_broadcast (&wb->done);
+    pthread_mutex_unlock (&wb->lock);
+    free (e);
+    return 0; /* out of memory: written through */
+  }
+  e->filling = false;
   pthread_cond_signal (&wb->work);
+  pthread_cond_broadcast (&wb->done); /* a read waiting for its data */
   pthread_mutex_unlock (&wb->lock);
   atomic_fetch_add (&wb->writes, 1);
   atomic_fetch_add (&wb->wbytes, count);
   if (waited)
     atomic_fetch_add (&wb->waits, 1);
   return 1;
+}
+
+struct lg_wb_snap {
+  size_t n;
+  struct {
+    uint64_t off;
+    size_t count;
+    uint8_t *data;
+  } part[];
+};
+
+struct lg_wb_snap *
+lg_wb_snapshot (struct lg_wb *wb, uint64_t count, uint64_t off)
+{
+  struct lg_wb_snap *snap = NULL;
+  size_t n = 0, i = 0;
+  bool filling;
+
+  pthread_mutex_lock (&wb->lock);
+  do {
+    filling = false;
+    n = 0;
+    for (const struct entry *e = wb->head; e; e = e->next)
+      if (e->off < off + count && off < e->off + e->count) {
+        n++;
+        filling |= e->filling;
+      }
+    if (filling)
+      pthread_cond_wait (&wb->done, &wb->lock);
+  } while (filling);
+  if (n == 0) {
+    pthread_mutex_unlock (&wb->lock);
+    return NULL;
+  }
+  snap = malloc (sizeof *snap + n * sizeof snap->part[0]);
+  for (const struct entry *e = wb->head; snap && e; e = e->next) {
+    uint64_t lo, hi;
+
+    if (!(e->off < off + count && off < e->off + e->count))
+      continue;
+    lo = e->off > off ? e->off : off;
+    hi = e->off + e->count < off + count ? e->off + e->count : off + count;
+    snap->part[i].off = lo;
+    snap->part[i].count = (size_t) (hi - lo);
+    snap->part[i].data = malloc (snap->part[i].count);
+    if (snap->part[i].data == NULL)
+      break;
+    memcpy (snap->part[i].data, e->data + (lo - e->off), snap->part[i].count);
+    i++;
+  }
+  if (snap)
+    snap->n = i;
+  pthread_mutex_unlock (&wb->lock);
+  if (snap == NULL || i < n) {
+    /* Out of memory: wait for those writes instead. */
+    lg_wb_snap_apply (snap, NULL, 0, 0);
+    lg_wb_wait_range (wb, count, off);
+    return NULL;
+  }
+  return snap;
+}
+
+void
+lg_wb_snap_apply (struct lg_wb_snap *snap, void *buf, uint64_t count,
+                  uint64_t off)
+{
+  if (snap == NULL)
+    return;
+  for (size_t i = 0; i < snap->n; i++) {
+    if (buf && snap->part[i].off >= off
+        && snap->part[i].off + snap->part[i].count <= off + count)
+      memcpy ((uint8_t *) buf + (snap->part[i].off - off), snap->part[i].data,
+              snap->part[i].count);
+    free (snap->part[i].data);
+  }
+  free (snap);
 }
 
 /* The oldest write no worker has, marked as taken, with the writes that
@@ -190,7 +327,12 @@ take (struct lg_wb *wb, struct entry **batch)
   uint64_t end;
   unsigned n;
 
-  while (e && e->busy)
+  for (struct entry *x = e; x; x = x->next)
+    if (x->urgent && !x->busy && !x->filling) {
+      e = x;
+      break;
+    }
+  while (e && (e->busy || e->filling))
     e = e->next;
   if (e == NULL)
     return 0;
@@ -201,9 +343,9 @@ take (struct lg_wb *wb, struct entry **batch)
     struct entry *x = last->next;
 
     /* The next one in the list usually follows on the device too. */
-    if (x == NULL || x->busy || x->off != end)
+    if (x == NULL || x->busy || x->filling || x->off != end)
       for (x = wb->head; x; x = x->next)
-        if (!x->busy && x->off == end)
+        if (!x->busy && !x->filling && x->off == end)
           break;
     if (x == NULL || end - batch[0]->off + x->count > WB_JOIN)
       break;
@@ -214,13 +356,47 @@ take (struct lg_wb *wb, struct entry **batch)
   return n;
 }
 
-/* Writes batch (n writes that follow each other), in one command when
- * memory allows. */
+/* Failed at once, not written (wb->failing): counted, and said once in
+ * all (wb->lock held). */
 static void
+fail_quietly (struct lg_wb *wb, uint64_t off, size_t len)
+{
+  atomic_fetch_add (&wb->failures, 1);
+  if (wb->quiet_n == 0 || off < wb->quiet_lo)
+    wb->quiet_lo = off;
+  if (wb->quiet_n == 0 || off + len - 1 > wb->quiet_hi)
+    wb->quiet_hi = off + len - 1;
+  wb->quiet_n++;
+  wb->quiet_bytes += len;
+}
+
+/* What fail_quietly counted, in one line (wb->lock held). */
+static void
+say_quiet (struct lg_wb *wb)
+{
+  if (wb->quiet_n == 0)
+    return;
+  lg_error ("%s: %" PRIu64 " more writes acknowledged before they reached "
+            "the device (write-behind), %" PRIu64 " bytes within bytes %" PRIu64
+            "-%" PRIu64 ", were not written: the device had failed one "
+            "after a long wait, or was closing",
+            wb->d->name, wb->quiet_n, wb->quiet_bytes, wb->quiet_lo,
+            wb->quiet_hi);
+  wb->quiet_n = wb->quiet_bytes = 0;
+}
+
+/* A write that fails after this long: the target does not answer, and
+ * what is buffered behind it would wait as long, each. */
+#define WB_SLOW_FAIL_US (1000 * 1000)
+
+/* Writes batch (n writes that follow each other), in one command when
+ * memory allows.  Returns whether the rest should fail at once: the
+ * write failed after a long wait, or because the device is closing. */
+static bool
 write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
 {
   struct lg_dev *d = wb->d;
-  uint64_t off = batch[0]->off;
+  uint64_t off = batch[0]->off, t0 = lg_dev_now_us ();
   size_t len = 0;
   uint8_t *buf = NULL;
   int r = 0, err = 0;
@@ -246,14 +422,15 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
   /* Read ahead over it while it ran: either version (ra.h). */
   if (d->ra)
     lg_ra_drop (d->ra, len, off);
-  if (r < 0) {
-    atomic_fetch_add (&wb->failures, 1);
-    lg_error ("%s: writes acknowledged before they reached the device "
-              "(write-behind) failed, bytes %" PRIu64 "-%" PRIu64
-              ": %s: those bytes may hold older data; the next flush of "
-              "each client fails",
-              d->name, off, off + len - 1, strerror (err ? err : EIO));
-  }
+  if (r == 0)
+    return false;
+  atomic_fetch_add (&wb->failures, 1);
+  lg_error ("%s: writes acknowledged before they reached the device "
+            "(write-behind) failed, bytes %" PRIu64 "-%" PRIu64
+            ": %s: those bytes may hold older data; the next flush of "
+            "each client fails",
+            d->name, off, off + len - 1, strerror (err ? err : EIO));
+  return err == ESHUTDOWN || lg_dev_now_us () - t0 >= WB_SLOW_FAIL_US;
 }
 
 static void *
@@ -265,6 +442,7 @@ worker (void *arg)
   pthread_mutex_lock (&wb->lock);
   for (;;) {
     unsigned n = take (wb, batch);
+    bool failed;
 
     if (n == 0) {
       if (wb->stopping)
@@ -274,23 +452,23 @@ worker (void *arg)
     }
     /* More for the others. */
     pthread_cond_signal (&wb->work);
-    pthread_mutex_unlock (&wb->lock);
-    write_batch (wb, batch, n);
-    pthread_mutex_lock (&wb->lock);
-    for (unsigned i = 0; i < n; i++) {
-      struct entry *e = batch[i];
-
-      if (e->prev)
-        e->prev->next = e->next;
-      else
-        wb->head = e->next;
-      if (e->next)
-        e->next->prev = e->prev;
-      else
-        wb->tail = e->prev;
-      wb->bytes -= e->count;
-      free (e);
+    if (wb->failing)
+      for (unsigned i = 0; i < n; i++)
+        fail_quietly (wb, batch[i]->off, batch[i]->count);
+    else {
+      pthread_mutex_unlock (&wb->lock);
+      failed = write_batch (wb, batch, n);
+      pthread_mutex_lock (&wb->lock);
+      if (failed)
+        wb->failing = true;
     }
+    for (unsigned i = 0; i < n; i++) {
+      unlink_entry (wb, batch[i]);
+      free (batch[i]->data);
+      free (batch[i]);
+    }
+    if (wb->head == NULL)
+      say_quiet (wb);
     pthread_cond_broadcast (&wb->done);
   }
   pthread_mutex_unlock (&wb->lock);

@@ -13,16 +13,24 @@
  * - A flush (and so fsync, NBD FLUSH) returns only after every write
  *   acknowledged before it began is written to the device, and then the
  *   device's flush has run (the target's cache).
- * - A write, read, trim, zero, compare-and-write or extents query that
- *   overlaps buffered writes waits for them first: a read returns the
- *   latest write, and no write overtakes an older one to the same bytes.
- *   A FUA write is not buffered.
+ * - A read returns the latest write: what it overlaps in the buffer is
+ *   laid over what the device returns.  A write, trim, zero,
+ *   compare-and-write or extents query that overlaps buffered writes
+ *   waits for them first (and they go before older ones): no write
+ *   overtakes an older one to the same bytes.  A FUA write is not
+ *   buffered.  Writers waiting for room go in turn.
+ * - A write that fails after a long wait (the target does not answer), or
+ *   because the device is closing, makes what is buffered behind it fail
+ *   at once (counted, said in one line) rather than each waiting as long;
+ *   new writes are written through until the buffer is empty.
  * - A buffered write that fails is logged with the LUN and the range, and
  *   counted as a possible loss (lg_dev_losses): each client's next flush
  *   fails once (the front ends track it per client).  Nothing is retried
  *   here: the layers below already retried up to the outage budget.
- * - Memory: at most the size set, per device; a write larger than half
- *   of it is written directly (after the writes it overlaps).
+ * - Memory: at most the size set, per device, plus the joined commands
+ *   in flight (up to WB_JOIN per worker): a write is copied only once its
+ *   room is reserved.  A write larger than half of it is written directly
+ *   (after the writes it overlaps).
  *
  * It sits above the crypt layer, with read-ahead: it holds the plaintext
  * a client wrote, as the client's own page cache would, and every write
@@ -57,7 +65,19 @@ void lg_wb_free (struct lg_wb *wb);
  * the buffered writes it overlaps have been written first. */
 int lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
                  unsigned flags);
-/* Waits until no buffered write overlaps [off, off+count). */
+/* For a read of [off, off+count): a copy of the buffered writes it
+ * overlaps (NULL: none), to lay over what the device returns with
+ * lg_wb_snap_apply, so that a read does not wait for the writes ahead of
+ * them.  Out of memory it waits for them instead, and returns NULL. */
+struct lg_wb_snap;
+struct lg_wb_snap *lg_wb_snapshot (struct lg_wb *wb, uint64_t count,
+                                   uint64_t off);
+/* Lays snap over buf (the device's bytes of [off, off+count); buf NULL:
+ * nothing) and frees it. */
+void lg_wb_snap_apply (struct lg_wb_snap *snap, void *buf, uint64_t count,
+                       uint64_t off);
+/* Waits until no buffered write overlaps [off, off+count); those writes
+ * go before older ones meanwhile. */
 void lg_wb_wait_range (struct lg_wb *wb, uint64_t count, uint64_t off);
 /* Whether a buffered write overlaps [off, off+count) now (no wait). */
 bool lg_wb_overlaps (struct lg_wb *wb, uint64_t count, uint64_t off);

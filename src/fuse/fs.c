@@ -100,6 +100,7 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   nd->dev = dev;
   if (dev) {
     dev->loss_tracked = true; /* fs_fsync */
+    atomic_init (&nd->told_losses, lg_dev_losses (dev));
     /* Out of memory it only reads nothing ahead. */
     if (lg_dev_read_ahead (dev, fs->o.read_ahead) < 0)
       lg_warn ("%s: no read-ahead: %m", dev->name);
@@ -463,7 +464,7 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
       fuse_reply_err (req, ENOMEM);
       return;
     }
-    atomic_init (&o->seen, lg_dev_losses (nd->dev));
+    atomic_init (&o->seen, atomic_load (&nd->told_losses));
     pthread_mutex_lock (&the_fs->ofile_lock);
     o->next = the_fs->ofiles;
     if (o->next)
@@ -712,8 +713,11 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
 
   (void) datasync;
   if (nd->dev && lg_dev_flush (nd->dev) < 0) {
-    if (seen)
-      atomic_store (seen, lg_dev_losses (nd->dev));
+    if (seen) {
+      now = lg_dev_losses (nd->dev);
+      atomic_store (seen, now);
+      atomic_store (&nd->told_losses, now);
+    }
     fuse_reply_err (req, file_errno (errno));
     return;
   }
@@ -724,9 +728,10 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
     now = lg_dev_losses (nd->dev);
     told = atomic_exchange (seen, now) == now;
     if (!told) {
-      lg_error ("%s: the target may have restarted, losing writes it had "
-                "acknowledged and not yet flushed (reported to another open "
-                "file first)",
+      atomic_store (&nd->told_losses, now);
+      lg_error ("%s: writes acknowledged and not yet flushed may be lost "
+                "(the target may have restarted, or a buffered write "
+                "failed: the log says which)",
                 nd->dev->name);
       fuse_reply_err (req, EIO);
       return;
