@@ -112,6 +112,9 @@ ln -s "$TGT_DIR/victim" "$sfile.$gw.tmp"
 kill -USR1 "$gw"
 for _ in $(seq 50); do grep -q "stats (SIGUSR1)" "$log" && break; sleep 0.1; done
 before=$(grep -o "stats (SIGUSR1): .*" "$log" | tail -n 1) || { cat "$log" >&2; fail "no stats on SIGUSR1"; }
+# The line as nbdkit-lungate-plugin(1) shows it: a notice, not an error.
+grep -q "^nbdkit: lungate: notice: stats (SIGUSR1): export=lun1 " "$log" \
+  || { cat "$log" >&2; fail "the SIGUSR1 statistics line is not as the man page shows it"; }
 env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "NBD workload"
 import nbd, sys
 h = nbd.NBD(); h.connect_uri("nbd+unix:///?socket=" + sys.argv[1])
