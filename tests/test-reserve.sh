@@ -61,6 +61,14 @@ expect_fail_with "in use by a gateway" "$LUNGATE" key add --key-file "$key" \
   --new-key-file "$TGT_DIR/k2" "$url"
 expect_fail_with "in use by a gateway" "$LUNGATE" verify --repair --key-file "$key" "$url"
 expect_fail_with "in use by a gateway" "$LUNGATE" format --force --key-file "$key" "$url"
+# They have no read-only mode: the refusal offers none (it offered
+# "-r, -o ro" to format).
+for c in "format --force" "verify --repair" "key add --new-key-file $TGT_DIR/k2"; do
+  # shellcheck disable=SC2086 # the command's words
+  if "$LUNGATE" $c --key-file "$key" "$url" 2>&1 | grep -q "read-only"; then
+    fail "lungate $c, refused, offers a read-only open it does not have"
+  fi
+done
 "$LUNGATE" info "$url" >"$TGT_DIR/info"
 grep -q "^reservation: Write Exclusive, Registrants Only by a gateway on this host" "$TGT_DIR/info" \
   || { cat "$TGT_DIR/info"; fail "info does not show the holder"; }

@@ -372,8 +372,11 @@ lg_cmd_open_lun (const struct lg_url *u, const struct lg_login *l,
                  unsigned connections, bool read_only)
 {
   char err[512];
-  struct lg_dev *d = lg_lun_open_raw (l, u, connections, read_only,
-                                      lg_cmd_claim_flags, err, sizeof err);
+  /* The commands that open through here to write have no read-only
+   * mode to offer in a refusal. */
+  struct lg_dev *d = lg_lun_open_raw (
+      l, u, connections, read_only,
+      lg_cmd_claim_flags | (read_only ? 0 : LG_CLAIM_NO_RO), err, sizeof err);
 
   if (d == NULL)
     lg_error ("%s", err);
@@ -394,7 +397,8 @@ lg_cmd_open (const struct lg_url *u, const char *path, const struct lg_login *l,
     lg_error ("%s", err);
     return NULL;
   }
-  if (lg_dev_claim (d, lg_cmd_claim_flags, err, sizeof err) < 0) {
+  if (lg_dev_claim (d, lg_cmd_claim_flags | LG_CLAIM_NO_RO, err, sizeof err)
+      < 0) {
     lg_error ("%s", err);
     lg_dev_close (d);
     return NULL;

@@ -30,6 +30,9 @@
  * device is, or is under, a lungate volume. */
 #define LG_CLAIM_READER 0x08
 #define LG_CLAIM_VOLUME 0x10
+/* claim: the caller has no read-only mode (a command that writes, such
+ * as format): a refusal does not offer one. */
+#define LG_CLAIM_NO_RO 0x20
 
 struct lg_dev;
 

@@ -161,10 +161,9 @@ owned_by_another (struct lg_dev *d, unsigned claim_flags, char *err,
   if (stale && (claim_flags & LG_CLAIM_TAKEOVER))
     return 0;
   lg_owner_describe (&r, who, sizeof who);
-  snprintf (err, errlen,
-            "%s: in use by %s (owner record)%s; open it "
-            "read-only, or %s",
-            d->name, who, stale ? ": its heartbeat stopped" : "",
+  snprintf (err, errlen, "%s: in use by %s (owner record)%s; %s%s", d->name,
+            who, stale ? ": its heartbeat stopped" : "",
+            (claim_flags & LG_CLAIM_NO_RO) ? "" : "open it read-only, or ",
             stale ? "take it over with --takeover if that gateway is gone"
                   : "stop that gateway first");
   errno = EBUSY;

@@ -34,6 +34,8 @@ struct lg_reserve {
   uint64_t key;
   _Atomic int mode;
   atomic_bool lost;
+  /* The claim's caller has no read-only mode (LG_CLAIM_NO_RO). */
+  bool no_ro;
   /* A login's check could not finish: that session may not be
    * registered.  The next write registers every session first. */
   atomic_bool unsure;
@@ -331,8 +333,9 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
   }
   snprintf (err, errlen,
             "%s: in use by %s (reservation key 0x%016" PRIx64 ", %s%s); "
-            "open it read-only (-r, -o ro), or %s",
+            "%s%s",
             r->name, who, st->holder, lg_pr_type_name (st->type), pid_s,
+            r->no_ro ? "" : "open it read-only (-r, -o ro), or ",
             pid_s[0] ? "stop that gateway first"
                      : "take it over with --takeover if that gateway is gone");
   errno = EBUSY;
@@ -656,6 +659,7 @@ lg_reserve_claim (struct lg_reserve *r, unsigned flags, bool *no_pr, char *err,
   *no_pr = atomic_load (&r->mode) == MODE_NO_PR;
   if (atomic_load (&r->mode) != MODE_NONE)
     return 0;
+  r->no_ro = (flags & LG_CLAIM_NO_RO) != 0;
   if (lg_reserve_read (r->p, r->lun, &st, err, errlen) < 0)
     return -1;
   if (r->unfenced && st.reserved && st.holder == r->key) {
