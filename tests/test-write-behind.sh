@@ -187,7 +187,8 @@ with_timeout 60 "$LUNGATE" mount --log "$TGT_DIR/m6.log" "$url/1" "$mnt" 2>"$TGT
 nbd_stop "${NBD_GW[g]}"
 [ "$(byte_at "$img" $((7 * MiB)))" = 6b ] \
   || { gw_log g; fail "nbdkit stopped without writing what it had buffered"; }
-"$LUNGATE" umount "$mnt" >/dev/null || fail "umount m6"
+"$LUNGATE" umount "$mnt" >/dev/null \
+  || { cat "$TGT_DIR/m6.log" "$TGT_DIR/m6.err"; grep "$mnt" /proc/mounts; fail "umount m6"; }
 fault_clear
 
 # 9. A FUA write does not take the loss report the next flush owes.
