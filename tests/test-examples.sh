@@ -75,8 +75,8 @@ NOT_RUNNABLE=(
   'signals every nbdkit on the machine (tests/test-stats.sh checks SIGUSR1 on one)'
   'storage.example.org'
   'a remote NBD server'
-  "sh -c 'lungate mount iscsi://HOST/IQN/1 /mnt/x && ...'"
-  'a sketch: "..." stands for what to run in the namespace'
+  "sh -c 'lungate mount iscsi://HOST/IQN/1 /mnt/x &&"
+  'the pattern runs in tests/test-fuse-hints.sh, as an ordinary user in a user namespace'
 )
 
 # ---------------------------------------------------------------------------
