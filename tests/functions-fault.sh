@@ -26,7 +26,8 @@
 #   op=write|read|any  path=SUBSTR (of the backing file's path)
 #   off=START-END (bytes; the I/O overlaps [START, END))
 #   match=ASCII (a write whose data starts with these bytes)
-#   action=stall:MS|delay:MS|fail:ERRNO|drop   count=N (default 1, 0: always)
+#   action=stall:MS|delay:MS|fail:ERRNO|slowfail:MS|drop
+#   count=N (default 1, 0: always)
 # e.g.  fault_rule 'op=write path=lun-1-1.img match=OLD action=stall:75000'
 #
 # Log lines: "fire LINE OP OFF LEN", "stall-begin LINE OP OFF LEN MS",

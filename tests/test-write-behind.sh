@@ -22,7 +22,13 @@
 #  10. a read of the last of 2000 buffered writes does not wait for the
 #      others;
 #  11. nbdkit stopped with 2000 writes buffered for a stalled target
-#      exits at once, saying so in one line.
+#      exits at once, saying so in one line;
+#  12. a write the target answers with an error, however slowly, fails
+#      alone (the 200 behind it are written);
+#  13. a write that fails after its client left is reported to the next
+#      client's flush;
+#  14. a write waiting for a buffered write to the same block does not
+#      hold other clients' writes.
 . "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
@@ -121,6 +127,49 @@ elif step == "many":
     print("written-before-read", done)
     a.flush()
     print("flushed")
+elif step == "slowerr":
+    # 12: one write the target fails slowly (a bad sector), 200 others
+    # behind it: they are written, and the flush reports the one.
+    a = conn()
+    a.pwrite(b"B" * 4096, 24 << 20)
+    for i in range(1, 201):
+        a.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b"g") * 4096),
+                     (24 << 20) + i * 8192)
+    while a.aio_in_flight() > 0:
+        a.poll(-1)
+    try:
+        a.flush(); print("flush ok")
+    except nbd.Error as e:
+        print("flush failed", e.errno)
+elif step == "leave":
+    # 13: a client writes and leaves before the write fails.
+    a = conn()
+    a.pwrite(b"L" * 4096, 26 << 20)
+    a.shutdown()
+    print("left")
+elif step == "later":
+    b = conn()
+    for i in range(2):
+        try:
+            b.flush(); print("flush ok")
+        except nbd.Error as e:
+            print("flush failed", e.errno)
+elif step == "hol":
+    # 14: a rewrite of a block the target holds waits; another client's
+    # write elsewhere does not wait behind it.
+    import time
+    ends = lambda: sum(1 for l in open(faultlog) if l.startswith("stall-end"))
+    before = ends()
+    a, b = conn(), conn()
+    a.pwrite(b"1" * 4096, 28 << 20)
+    time.sleep(0.5)
+    a.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b"2") * 4096), 28 << 20)
+    time.sleep(0.5)
+    b.pwrite(b"3" * 4096, 29 << 20)
+    print("ended-before-other" if ends() > before else "other-first")
+    while a.aio_in_flight() > 0:
+        a.poll(-1)
+    a.flush()
 PY
 
 gw_log () { cat "$TGT_DIR/$1.log" >&2; }
@@ -249,6 +298,52 @@ nbd_stop "${NBD_GW[g]}"
   || fail "a line for each write failed at the stop"
 fault_clear
 tgt_kill; tgt_restart
+
+# 12. A write the target answers with an error, however slowly, fails
+# alone: the 200 behind it are written (they were all dropped, as if the
+# target had not answered).
+nbd_gw g2 "url=$url/1" writebehind=8M
+fault_rule "op=write path=$f off=$((24 * MiB))-$((24 * MiB + 4096)) action=slowfail:1500 count=0"
+fault_rule "op=write path=$f off=$((24 * MiB + 4096))-$((26 * MiB)) action=delay:300 count=0"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" slowerr \
+  >"$TGT_DIR/slowerr.out" 2>&1 || { cat "$TGT_DIR/slowerr.out"; fail "the slow-error client"; }
+cat "$TGT_DIR/slowerr.out"
+grep -Eq "^flush failed (5|EIO)$" "$TGT_DIR/slowerr.out" \
+  || fail "the flush after a write the target failed did not fail"
+good=0
+for i in $(seq 200); do
+  [ "$(byte_at "$img" $((24 * MiB + i * 8192)))" = 67 ] && good=$((good + 1))
+done
+[ "$good" = 200 ] || { gw_log g2; fail "a slow error on one write dropped others: $good of 200 written"; }
+fault_clear
+
+# 13. A client that leaves before its buffered write fails: the next
+# client's flush reports it (nobody was told).
+fault_rule "op=write path=$f off=$((26 * MiB))-$((26 * MiB + 4096)) action=fail:5 count=0"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" leave \
+  >/dev/null || fail "the leaving client"
+for _ in $(seq 300); do
+  grep -q "(write-behind) failed, bytes $((26 * MiB))-" "$TGT_DIR/g2.log" && break
+  sleep 0.1
+done
+out=$(env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" later 2>&1)
+echo "$out"
+echo "$out" | sed -n 1p | grep -Eq "^flush failed (5|EIO)$" \
+  || fail "a write that failed after its client left was reported to nobody"
+[ "$(echo "$out" | sed -n 2p)" = "flush ok" ] || fail "reported twice to the later client"
+fault_clear
+
+# 14. A write waiting for a buffered write to the same block does not
+# hold other clients' writes.
+fault_rule "op=write path=$f off=$((28 * MiB))-$((28 * MiB + 4096)) action=stall:6000"
+env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" hol \
+  >"$TGT_DIR/hol.out" 2>&1 || { cat "$TGT_DIR/hol.out"; fail "the rewrite client"; }
+cat "$TGT_DIR/hol.out"
+grep -qx other-first "$TGT_DIR/hol.out" \
+  || fail "a write elsewhere waited behind a rewrite of a block the target held"
+[ "$(byte_at "$img" $((28 * MiB)))" = 32 ] || fail "the rewrite did not land last"
+nbd_stop "${NBD_GW[g2]}"
+fault_clear
 
 # 8. By default (and with writebehind=0) the write returns only after
 # the target has it.

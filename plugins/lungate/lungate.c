@@ -74,6 +74,11 @@ struct export
   bool crypt;
   bool claimed; /* write access taken (claim_lock) */
   bool noted;   /* a reader was told of another writer (claim_lock) */
+  /* The possible losses (lg_dev_losses) some client was told of: a client
+   * that connects later starts from it, so that it hears of a loss nobody
+   * was told of yet (a buffered write that failed after its client left),
+   * as the mount's next opener does. */
+  atomic_uint_fast64_t told_losses;
 };
 static struct lg_tgt *target;
 /* takeover= and shared=: how the first writable connection to an export
@@ -568,6 +573,7 @@ add_export (int lun, char *err, size_t errlen)
   if (e->dev == NULL)
     return -1;
   e->dev->loss_tracked = true; /* durable () */
+  atomic_init (&e->told_losses, lg_dev_losses (e->dev));
   /* Out of memory it only reads nothing ahead. */
   if (lg_dev_read_ahead (e->dev, read_ahead) < 0)
     nbdkit_debug ("%s: no read-ahead: %m", e->dev->name);
@@ -816,7 +822,7 @@ lungate_open (int readonly)
   }
   h->e = e;
   h->dev = e->dev;
-  atomic_init (&h->seen_losses, lg_dev_losses (e->dev));
+  atomic_init (&h->seen_losses, atomic_load (&e->told_losses));
   lg_nbdkit_gate_init (&h->gate);
   return h;
 }
@@ -996,6 +1002,8 @@ durable (struct handle *h, int r, bool claims)
     return r;
   now = lg_dev_losses (h->dev);
   seen = atomic_exchange (&h->seen_losses, now);
+  if (now != seen)
+    atomic_store (&((struct export *) h->e)->told_losses, now);
   if (r == 0 && now != seen) {
     nbdkit_error ("%s: writes acknowledged and not yet flushed may be lost "
                   "(the target may have restarted, or a buffered write "

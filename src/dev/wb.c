@@ -40,9 +40,10 @@ struct lg_wb {
   struct entry *head, *tail;
   size_t bytes, max;
   uint64_t seq;
-  /* Writers waiting for room go in turn (a large one is not starved by
-   * small ones). */
-  uint64_t next_ticket, serving;
+  /* The first writer waiting for room: later writes leave it that much
+   * (a large write is not starved by small ones). */
+  bool room_waiter;
+  size_t room_need;
   /* A write failed after a long wait (the target does not answer) or the
    * device is stopping: what is buffered fails at once, counted, and new
    * writes are written through, until the buffer is empty. */
@@ -177,8 +178,7 @@ lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
              unsigned flags)
 {
   struct entry *e = NULL;
-  bool waited = false;
-  uint64_t ticket;
+  bool waited = false, mine = false;
 
   if (!(flags & LG_FUA) && count <= wb->max / 2)
     e = calloc (1, sizeof *e);
@@ -187,18 +187,26 @@ lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
     return 0;
   }
   pthread_mutex_lock (&wb->lock);
-  ticket = wb->next_ticket++;
   for (;;) {
+    size_t leave = wb->room_waiter && !mine ? wb->room_need : 0;
+
     if (overlapped (wb, count, off, true))
-      ;
-    else if (ticket == wb->serving && wb->bytes + count <= wb->max)
+      ; /* waits for those writes, taking no room from anyone */
+    else if (wb->bytes + count + leave <= wb->max)
       break;
-    else if (wb->bytes + count > wb->max)
+    else {
       waited = true;
+      if (!wb->room_waiter) {
+        wb->room_waiter = mine = true;
+        wb->room_need = count;
+      }
+    }
     pthread_cond_wait (&wb->done, &wb->lock);
   }
-  wb->serving++;
-  pthread_cond_broadcast (&wb->done); /* the next in turn */
+  if (mine) {
+    wb->room_waiter = false;
+    pthread_cond_broadcast (&wb->done); /* the room it kept is free */
+  }
   if (wb->failing) {
     /* Written through: its own error is the client's at once. */
     pthread_mutex_unlock (&wb->lock);
@@ -378,31 +386,32 @@ say_quiet (struct lg_wb *wb)
     return;
   lg_error ("%s: %" PRIu64 " more writes acknowledged before they reached "
             "the device (write-behind), %" PRIu64 " bytes within bytes %" PRIu64
-            "-%" PRIu64 ", were not written: the device had failed one "
-            "after a long wait, or was closing",
+            "-%" PRIu64 ", were not written: the target had given no "
+            "answer to one, or the device was closing",
             wb->d->name, wb->quiet_n, wb->quiet_bytes, wb->quiet_lo,
             wb->quiet_hi);
   wb->quiet_n = wb->quiet_bytes = 0;
 }
 
-/* A write that fails after this long: the target does not answer, and
- * what is buffered behind it would wait as long, each. */
-#define WB_SLOW_FAIL_US (1000 * 1000)
-
 /* Writes batch (n writes that follow each other), in one command when
  * memory allows.  Returns whether the rest should fail at once: the
- * write failed after a long wait, or because the device is closing. */
+ * target gave no answer (a command timed out and was aborted, or the
+ * connection was lost, while it ran) or the device is closing.  An
+ * answer that is an error (a bad sector, a full thin LUN), however slow,
+ * fails that write only. */
 static bool
 write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
 {
   struct lg_dev *d = wb->d;
-  uint64_t off = batch[0]->off, t0 = lg_dev_now_us ();
+  struct lg_dev_transport t0, t1;
+  uint64_t off = batch[0]->off;
   size_t len = 0;
   uint8_t *buf = NULL;
   int r = 0, err = 0;
 
   for (unsigned i = 0; i < n; i++)
     len += batch[i]->count;
+  lg_dev_transport (d, &t0);
   if (n > 1 && (buf = malloc (len)) != NULL) {
     size_t at = 0;
 
@@ -430,7 +439,9 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
             ": %s: those bytes may hold older data; the next flush of "
             "each client fails",
             d->name, off, off + len - 1, strerror (err ? err : EIO));
-  return err == ESHUTDOWN || lg_dev_now_us () - t0 >= WB_SLOW_FAIL_US;
+  lg_dev_transport (d, &t1);
+  return err == ESHUTDOWN || t1.timeouts != t0.timeouts
+      || t1.reconnects != t0.reconnects;
 }
 
 static void *

@@ -18,11 +18,14 @@
  *   compare-and-write or extents query that overlaps buffered writes
  *   waits for them first (and they go before older ones): no write
  *   overtakes an older one to the same bytes.  A FUA write is not
- *   buffered.  Writers waiting for room go in turn.
- * - A write that fails after a long wait (the target does not answer), or
- *   because the device is closing, makes what is buffered behind it fail
- *   at once (counted, said in one line) rather than each waiting as long;
- *   new writes are written through until the buffer is empty.
+ *   buffered.  The first writer waiting for room has it kept for it
+ *   (later writes leave it that much).
+ * - A write the target gave no answer to (a command timed out, or the
+ *   connection was lost, while it ran), or that failed because the device
+ *   is closing, makes what is buffered behind it fail at once (counted,
+ *   said in one line) rather than each waiting as long; new writes are
+ *   written through until the buffer is empty.  A write the target
+ *   answered with an error (a bad sector, a full thin LUN) fails alone.
  * - A buffered write that fails is logged with the LUN and the range, and
  *   counted as a possible loss (lg_dev_losses): each client's next flush
  *   fails once (the front ends track it per client).  Nothing is retried

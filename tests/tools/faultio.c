@@ -44,6 +44,9 @@
  *          delay:MS     the same (for small delays; logged as delay)
  *          fail:ERRNO   return -1 with errno ERRNO (a number), no I/O
  *          drop         return the full length without doing the I/O
+ *          slowfail:MS  sleep MS milliseconds, then return -1 with EIO,
+ *                       no I/O (a disk retrying a bad sector); logged
+ *                       "slowfail-end LINE OP OFF LEN"
  *   count=N             fire at most N times (default 1; 0: always)
  * The first rule that matches (in file order) fires.  The number of times
  * a rule has fired is kept by the text of its line, so that re-reading
@@ -75,7 +78,7 @@
 #define MAX_FIELD 256
 
 enum op { OP_ANY, OP_READ, OP_WRITE };
-enum action { ACT_STALL, ACT_DELAY, ACT_FAIL, ACT_DROP };
+enum action { ACT_STALL, ACT_DELAY, ACT_FAIL, ACT_DROP, ACT_SLOWFAIL };
 
 struct rule {
   int line;
@@ -275,6 +278,8 @@ parse_rule (char *text, struct rule *r)
         r->action = ACT_FAIL;
       else if (strcmp (v, "drop") == 0)
         r->action = ACT_DROP;
+      else if (strcmp (v, "slowfail") == 0)
+        r->action = ACT_SLOWFAIL;
       else
         return false;
       if (r->action == ACT_DROP) {
@@ -588,6 +593,11 @@ hook (int fd, enum op op, void *rbuf, const void *wbuf, const struct iovec *iov,
     return -1;
   case ACT_DROP:
     return (ssize_t) len;
+  case ACT_SLOWFAIL:
+    sleep_ms (r.arg);
+    log_event ("slowfail-end %d %s %jd %zu", r.line, name, (intmax_t) off, len);
+    errno = EIO;
+    return -1;
   case ACT_STALL:
     log_event ("stall-begin %d %s %jd %zu %ld", r.line, name, (intmax_t) off,
                len, r.arg);
