@@ -74,11 +74,11 @@ struct export
   bool crypt;
   bool claimed; /* write access taken (claim_lock) */
   bool noted;   /* a reader was told of another writer (claim_lock) */
-  /* The possible losses (lg_dev_losses) some client was told of: a client
-   * that connects later starts from it, so that it hears of a loss nobody
-   * was told of yet (a buffered write that failed after its client left),
-   * as the mount's next opener does. */
-  atomic_uint_fast64_t told_losses;
+  /* The failed buffered writes (lg_dev_wb_failures) some client was told
+   * of: a client that connects later hears of those nobody was told of
+   * (a write that failed after its client left), as the kernel's next
+   * opener does.  A possible loss at a target's restart is not its. */
+  atomic_uint_fast64_t told_wb;
 };
 static struct lg_tgt *target;
 /* takeover= and shared=: how the first writable connection to an export
@@ -573,7 +573,7 @@ add_export (int lun, char *err, size_t errlen)
   if (e->dev == NULL)
     return -1;
   e->dev->loss_tracked = true; /* durable () */
-  atomic_init (&e->told_losses, lg_dev_losses (e->dev));
+  atomic_init (&e->told_wb, 0);
   /* Out of memory it only reads nothing ahead. */
   if (lg_dev_read_ahead (e->dev, read_ahead) < 0)
     nbdkit_debug ("%s: no read-ahead: %m", e->dev->name);
@@ -822,7 +822,9 @@ lungate_open (int readonly)
   }
   h->e = e;
   h->dev = e->dev;
-  atomic_init (&h->seen_losses, atomic_load (&e->told_losses));
+  atomic_init (&h->seen_losses,
+               lg_dev_losses (e->dev)
+                   - (lg_dev_wb_failures (e->dev) - atomic_load (&e->told_wb)));
   lg_nbdkit_gate_init (&h->gate);
   return h;
 }
@@ -1003,7 +1005,8 @@ durable (struct handle *h, int r, bool claims)
   now = lg_dev_losses (h->dev);
   seen = atomic_exchange (&h->seen_losses, now);
   if (now != seen)
-    atomic_store (&((struct export *) h->e)->told_losses, now);
+    atomic_store (&((struct export *) h->e)->told_wb,
+                  lg_dev_wb_failures (h->dev));
   if (r == 0 && now != seen) {
     nbdkit_error ("%s: writes acknowledged and not yet flushed may be lost "
                   "(the target may have restarted, or a buffered write "

@@ -530,6 +530,12 @@ lg_dev_auth_failures (const struct lg_dev *d)
 }
 
 uint64_t
+lg_dev_wb_failures (const struct lg_dev *d)
+{
+  return d->wb ? lg_wb_failures (d->wb) : 0;
+}
+
+uint64_t
 lg_dev_losses (const struct lg_dev *d)
 {
   return counters_of (d).losses + (d->wb ? lg_wb_failures (d->wb) : 0);

@@ -318,6 +318,9 @@ int lg_dev_read_ahead (struct lg_dev *d, size_t max);
 #define LG_WRITE_BEHIND_MIN (256u << 10) /* what the front ends accept */
 #define LG_WRITE_BEHIND_MAX (1u << 30)
 int lg_dev_write_behind (struct lg_dev *d, size_t max);
+/* Buffered writes that failed (counted in lg_dev_losses too): a front end
+ * tells a client that opens later of those nobody was told of. */
+uint64_t lg_dev_wb_failures (const struct lg_dev *d);
 
 /* Microseconds on the monotonic clock. */
 uint64_t lg_dev_now_us (void);

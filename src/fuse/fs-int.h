@@ -48,11 +48,11 @@ struct node {
   struct alloc alloc;
   /* Its write-back before unmounting failed (run.c sync_files). */
   atomic_bool stop_failed;
-  /* The possible losses (lg_dev_losses) some open file was told of: a
-   * file opened later starts from it, so that it hears of a loss nobody
-   * was told of yet (a write-back that failed after the last close), as
-   * the kernel reports an unseen write-back error to the next opener. */
-  atomic_uint_fast64_t told_losses;
+  /* The failed buffered writes (lg_dev_wb_failures) some open file was
+   * told of: a file opened later hears of those nobody was told of (a
+   * write-back that failed after the last close), as the kernel reports
+   * an unseen write-back error to the next opener. */
+  atomic_uint_fast64_t told_wb;
   /* The last bytes past the LUN's end that were refused (past_end),
    * under alloc_lock. */
   uint64_t past_off;

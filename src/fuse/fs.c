@@ -100,7 +100,7 @@ add (struct lg_fs *fs, int parent, const char *name, bool dir,
   nd->dev = dev;
   if (dev) {
     dev->loss_tracked = true; /* fs_fsync */
-    atomic_init (&nd->told_losses, lg_dev_losses (dev));
+    atomic_init (&nd->told_wb, 0);
     /* Out of memory it only reads nothing ahead. */
     if (lg_dev_read_ahead (dev, fs->o.read_ahead) < 0)
       lg_warn ("%s: no read-ahead: %m", dev->name);
@@ -464,7 +464,10 @@ fs_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
       fuse_reply_err (req, ENOMEM);
       return;
     }
-    atomic_init (&o->seen, atomic_load (&nd->told_losses));
+    atomic_init (
+        &o->seen,
+        lg_dev_losses (nd->dev)
+            - (lg_dev_wb_failures (nd->dev) - atomic_load (&nd->told_wb)));
     pthread_mutex_lock (&the_fs->ofile_lock);
     o->next = the_fs->ofiles;
     if (o->next)
@@ -716,7 +719,7 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
     if (seen) {
       now = lg_dev_losses (nd->dev);
       atomic_store (seen, now);
-      atomic_store (&nd->told_losses, now);
+      atomic_store (&nd->told_wb, lg_dev_wb_failures (nd->dev));
     }
     fuse_reply_err (req, file_errno (errno));
     return;
@@ -728,7 +731,7 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
     now = lg_dev_losses (nd->dev);
     told = atomic_exchange (seen, now) == now;
     if (!told) {
-      atomic_store (&nd->told_losses, now);
+      atomic_store (&nd->told_wb, lg_dev_wb_failures (nd->dev));
       lg_error ("%s: writes acknowledged and not yet flushed may be lost "
                 "(the target may have restarted, or a buffered write "
                 "failed: the log says which)",
