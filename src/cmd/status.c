@@ -251,8 +251,12 @@ read_stats (const char *dir, struct mstats *ms)
   /* Not at its end in time (the pipe's end comes with the child's exit,
    * just before it can be waited for): the daemon does not answer. */
   if (waited >= STATS_TIMEOUT_MS) {
+    /* A reader whose request the daemon took before it stopped cannot
+     * die until the daemon answers: not waited for past a moment (init
+     * reaps it once this process has ended). */
     kill (child, SIGKILL);
-    waitpid (child, &st, 0);
+    for (int i = 0; i < 20 && waitpid (child, &st, WNOHANG) == 0; i++)
+      usleep (10000);
     ms->why = "its daemon does not answer (stopped?)";
   }
   else if (waitpid (child, &st, 0) < 0) {
