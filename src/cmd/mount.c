@@ -425,12 +425,14 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
                                                                  : NULL;
   if (where && strcmp (where, "stderr") == 0) {
     fo->log_fd = STDERR_FILENO;
+    snprintf (fo->log_name, sizeof fo->log_name, "stderr");
     return 0;
   }
   if (where && strcmp (where, "syslog") == 0) {
     if (foreground)
       lg_log_to_syslog ();
     fo->log_syslog = true;
+    snprintf (fo->log_name, sizeof fo->log_name, "syslog");
     return 0;
   }
   if (where == NULL) {
@@ -466,6 +468,9 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
     }
     lg_log_stamp (true);
   }
+  /* The daemon's working directory is /: the file by its whole name. */
+  if (realpath (where, fo->log_name) == NULL)
+    snprintf (fo->log_name, sizeof fo->log_name, "%s", where);
   return 0;
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,8 +142,8 @@ print_lun (char *line, bool json, bool first)
 
   line[strcspn (line, "\n")] = '\0';
   if (!json) {
-    char file[512] = "", lun[512] = "", hs[32];
-    uint64_t size = 0, r = 0, w = 0, err = 0, rc = 0;
+    char file[512] = "", lun[512] = "", hs[32], vol[16] = "";
+    uint64_t size = 0, r = 0, w = 0, err = 0, rc = 0, doubt = 0, lost = 0;
 
     for (tok = strtok_r (line, " ", &save); tok;
          tok = strtok_r (NULL, " ", &save))
@@ -152,11 +153,25 @@ print_lun (char *line, bool json, bool first)
           || sscanf (tok, "read_ops=%" SCNu64, &r) == 1
           || sscanf (tok, "write_ops=%" SCNu64, &w) == 1
           || sscanf (tok, "errors=%" SCNu64, &err) == 1
-          || sscanf (tok, "reconnects=%" SCNu64, &rc) == 1)
+          || sscanf (tok, "reconnects=%" SCNu64, &rc) == 1
+          || sscanf (tok, "unconfirmed=%" SCNu64, &doubt) == 1
+          || sscanf (tok, "losses=%" SCNu64, &lost) == 1
+          || sscanf (tok, "volume=%15s", vol) == 1)
         continue;
     printf ("  %s: %s, %s; %" PRIu64 " reads, %" PRIu64 " writes, %" PRIu64
-            " errors, %" PRIu64 " reconnections\n",
-            file, lun, lg_human_size (size, hs, sizeof hs), r, w, err, rc);
+            " errors, %" PRIu64 " reconnections, %" PRIu64 " writes in doubt",
+            file, lun, lg_human_size (size, hs, sizeof hs), r, w, err, rc,
+            doubt);
+    if (lost)
+      printf (", %" PRIu64 " possible losses (see the log)", lost);
+    if (strcmp (vol, "in-use") == 0)
+      printf ("; volume in use (written: a clean unmount marks it clean)");
+    else if (strcmp (vol, "dirty") == 0)
+      printf ("; volume dirty (not closed cleanly, or a write failed: "
+              "lungate verify checks it)");
+    else if (vol[0])
+      printf ("; volume %s", vol);
+    printf ("\n");
     return;
   }
   printf ("%s{", first ? "" : ", ");
@@ -189,6 +204,7 @@ struct mstats {
   int err;
   pid_t pid; /* the daemon, from the text; 0 not known */
   time_t since;
+  char log[PATH_MAX]; /* where its messages go; "" not known */
 };
 
 #define STATS_TIMEOUT_MS 3000
@@ -200,7 +216,7 @@ struct mstats {
 static void
 read_stats (const char *dir, struct mstats *ms)
 {
-  char path[PATH_MAX + 16], line[256];
+  char path[PATH_MAX + 16], line[PATH_MAX + 16];
   int fds[2], st = 0, waited = 0;
   size_t len = 0;
   pid_t child;
@@ -281,11 +297,13 @@ read_stats (const char *dir, struct mstats *ms)
     long pid;
     long long t;
 
+    line[strcspn (line, "\n")] = '\0';
     if (sscanf (line, "# mount pid=%ld mounted=%lld", &pid, &t) == 2) {
       ms->pid = (pid_t) pid;
       ms->since = (time_t) t;
-      break;
     }
+    else if (strncmp (line, "# log ", 6) == 0)
+      snprintf (ms->log, sizeof ms->log, "%s", line + 6);
   }
   fclose (f);
 }
@@ -322,6 +340,8 @@ print_mount (const struct mntent *m, bool json, bool first)
                              : "unknown",
             ms.pid > 0 ? (int) ms.pid : 0);
     print_time (ms.since, true);
+    printf (", \"log\": ");
+    lg_json_string (stdout, ms.log);
     printf (", \"reservation_keys\": ");
     print_keys (keys, nkeys, true);
     printf (", \"luns\": [");
@@ -341,6 +361,8 @@ print_mount (const struct mntent *m, bool json, bool first)
     else
       printf ("  daemon: not known: .stats: %s%s%s\n", ms.why,
               ms.err ? ": " : "", ms.err ? strerror (ms.err) : "");
+    if (ms.log[0])
+      printf ("  log: %s\n", ms.log);
     print_keys (keys, nkeys, false);
   }
   while (f && fgets (line, sizeof line, f))
@@ -356,6 +378,39 @@ print_mount (const struct mntent *m, bool json, bool first)
   return 0;
 }
 
+#define MAX_ARGS 256
+
+/* The command line of process pid, split into args (pointing into buf,
+ * at most MAX_ARGS): their number, 0 if not known. */
+static size_t
+cmdline_of (pid_t pid, char *buf, size_t size, const char **args)
+{
+  char path[64];
+  size_t len, n = 0;
+  FILE *f;
+
+  snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
+  if ((f = fopen (path, "re")) == NULL)
+    return 0;
+  len = fread (buf, 1, size - 1, f);
+  fclose (f);
+  buf[len] = '\0';
+  for (size_t i = 0; i < len && n < MAX_ARGS; i += strlen (buf + i) + 1)
+    args[n++] = buf + i;
+  return n;
+}
+
+static void
+print_args (const char *const *args, size_t nargs)
+{
+  printf ("[");
+  for (size_t i = 1; i < nargs; i++) {
+    printf ("%s", i > 1 ? ", " : "");
+    lg_json_string (stdout, args[i]);
+  }
+  printf ("]");
+}
+
 /* The nbdkit processes that run the lungate plugin. */
 static int
 print_nbdkits (bool json)
@@ -367,25 +422,16 @@ print_nbdkits (bool json)
   if (d == NULL)
     return 0;
   while ((e = readdir (d)) != NULL) {
-    char path[300], buf[8192];
-    const char *args[256];
-    size_t len, nargs = 0;
+    char buf[8192];
+    const char *args[MAX_ARGS];
+    size_t nargs;
     bool nbdkit = false, plugin = false;
     uint64_t keys[MAX_KEYS];
     pid_t pid = (pid_t) atoi (e->d_name);
-    FILE *f;
     int nkeys;
 
-    if (pid <= 0)
+    if (pid <= 0 || (nargs = cmdline_of (pid, buf, sizeof buf, args)) == 0)
       continue;
-    snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
-    if ((f = fopen (path, "re")) == NULL)
-      continue;
-    len = fread (buf, 1, sizeof buf - 1, f);
-    fclose (f);
-    buf[len] = '\0';
-    for (size_t i = 0; i < len && nargs < 256; i += strlen (buf + i) + 1)
-      args[nargs++] = buf + i;
     for (size_t i = 0; i < nargs; i++) {
       const char *base = strrchr (args[i], '/');
 
@@ -403,12 +449,9 @@ print_nbdkits (bool json)
       print_time (started (pid), true);
       printf (", \"reservation_keys\": ");
       print_keys (keys, nkeys, true);
-      printf (", \"args\": [");
-      for (size_t i = 1; i < nargs; i++) {
-        printf ("%s", i > 1 ? ", " : "");
-        lg_json_string (stdout, args[i]);
-      }
-      printf ("]}");
+      printf (", \"args\": ");
+      print_args (args, nargs);
+      printf ("}");
     }
     else {
       printf ("nbd (nbdkit) pid %d, since ", (int) pid);
@@ -433,13 +476,94 @@ print_nbdkits (bool json)
   return n;
 }
 
+/* A lungate mount daemon: a lungate process whose first word that is
+ * not an option is "mount". */
+static bool
+mount_daemon (const char *const *args, size_t nargs)
+{
+  const char *base;
+  size_t i = 1;
+
+  if (nargs < 2)
+    return false;
+  base = strrchr (args[0], '/');
+  if (strcmp (base ? base + 1 : args[0], "lungate") != 0)
+    return false;
+  while (i < nargs && args[i][0] == '-')
+    i++;
+  return i < nargs && strcmp (args[i], "mount") == 0;
+}
+
+/* The lungate mount daemons in other mount namespaces than this one
+ * (unshare -m, a container): their mounts are not in /proc/self/mounts,
+ * and fusermount3 cannot reach them, but they hold their LUNs. */
+static int
+print_elsewhere (bool json)
+{
+  struct stat self;
+  DIR *d = opendir ("/proc");
+  struct dirent *e;
+  int n = 0;
+
+  if (d == NULL || stat ("/proc/self/ns/mnt", &self) < 0) {
+    if (d)
+      closedir (d);
+    return 0;
+  }
+  while ((e = readdir (d)) != NULL) {
+    char buf[8192], path[64];
+    const char *args[MAX_ARGS];
+    uint64_t keys[MAX_KEYS];
+    pid_t pid = (pid_t) atoi (e->d_name);
+    struct stat ns;
+    size_t nargs;
+    int nkeys;
+
+    if (pid <= 0 || (nargs = cmdline_of (pid, buf, sizeof buf, args)) == 0
+        || !mount_daemon (args, nargs))
+      continue;
+    snprintf (path, sizeof path, "/proc/%d/ns/mnt", (int) pid);
+    /* Not to be told (another user's): not listed. */
+    if (stat (path, &ns) < 0
+        || (ns.st_dev == self.st_dev && ns.st_ino == self.st_ino))
+      continue;
+    nkeys = keys_of (pid, keys, MAX_KEYS);
+    if (json) {
+      printf ("%s{\"pid\": %d, \"since\": ", n ? ", " : "", (int) pid);
+      print_time (started (pid), true);
+      printf (", \"reservation_keys\": ");
+      print_keys (keys, nkeys, true);
+      printf (", \"args\": ");
+      print_args (args, nargs);
+      printf ("}");
+    }
+    else {
+      printf ("mount daemon pid %d in another mount namespace, since ",
+              (int) pid);
+      print_time (started (pid), false);
+      printf ("\n  command:");
+      for (size_t i = 0; i < nargs; i++)
+        printf (" %s", args[i]);
+      printf ("\n  its mount is not visible here; stop it with: kill %d "
+              "(it unmounts, writes back and releases its LUNs)\n",
+              (int) pid);
+      print_keys (keys, nkeys, false);
+    }
+    n++;
+  }
+  closedir (d);
+  return n;
+}
+
 static const char status_usage[]
     = "Usage: lungate status [--json]\n"
       "\n"
       "What this host mounts and serves through lungate, as far as this\n"
       "user can see: each lungate mount (its directory, source URL,\n"
-      "daemon, reservation keys, and each LUN with its counters) and each\n"
-      "nbdkit running the lungate plugin (its URL, socket or port).\n"
+      "daemon, log, reservation keys, and each LUN with its counters and,\n"
+      "for a volume, its state), each nbdkit running the lungate plugin\n"
+      "(its URL, socket or port), and the mount daemons of other mount\n"
+      "namespaces (not visible here, still holding their LUNs).\n"
       "\n"
       "Options:\n"
       "  --json                       one JSON object on standard output\n"
@@ -477,6 +601,9 @@ lg_cmd_status (int argc, char **argv)
   if (json)
     printf ("], \"nbd\": [");
   nnbd = print_nbdkits (json);
+  if (json)
+    printf ("], \"other_namespaces\": [");
+  nnbd += print_elsewhere (json);
   if (json)
     printf ("]}\n");
   else if (nmounts + nnbd == 0)

@@ -420,11 +420,16 @@ static void
 cdev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
 {
   const struct lg_dev *lower = ((const struct cdev *) d)->lower;
+  const struct cdev *x = (const struct cdev *) d;
 
   if (lower->ops->counters)
     lower->ops->counters (lower, c);
-  c->auth_failures += atomic_load (&((const struct cdev *) d)->auth_failures);
-  c->losses += atomic_load (&((const struct cdev *) d)->bar.losses);
+  c->auth_failures += atomic_load (&x->auth_failures);
+  c->losses += atomic_load (&x->bar.losses);
+  /* As the header would say after a close now (mark_clean). */
+  c->volume = x->was_dirty || atomic_load (&x->write_failed) ? LG_VOLUME_DIRTY
+      : atomic_load (&x->marked)                             ? LG_VOLUME_IN_USE
+                                                             : LG_VOLUME_CLEAN;
 }
 
 /* Write access taken: the device may have been open (read-only, in the

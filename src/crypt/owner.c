@@ -27,7 +27,8 @@ struct lg_owner {
   char name[300];
   uint64_t key;
   struct lg_owner_rec mine;
-  uint64_t dead; /* the key of a dead holder of this host, taken back */
+  uint64_t dead; /* the key of a dead holder of this host, taken back
+                  * (its runtime file stays: util/alive.h) */
   /* Before a record of another is replaced (lg_owner_claim). */
   lg_owner_fence_fn *fence;
   void *fence_opaque;
@@ -361,8 +362,6 @@ lg_owner_claim (struct lg_dev *lower, const char *name, bool takeover,
     errno = err_no;
     return NULL;
   }
-  if (o->dead)
-    lg_alive_forget (o->dead);
   return o;
 }
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "dev/dev.h"
@@ -100,17 +101,19 @@ account (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes, uint64_t start_us,
   return r;
 }
 
+static struct lg_dev_counters counters_of (const struct lg_dev *d);
+
 void
 lg_dev_stats_print (const struct lg_dev *d, FILE *f)
 {
   const struct lg_dev_stats *st = &d->stats;
-  struct lg_dev_transport tr;
+  struct lg_dev_counters c = counters_of (d);
+  const struct lg_dev_transport tr = c.transport;
   uint64_t e[LG_DEV_ERRNOS], all = 0;
 
 #define LD(x) ((uint64_t) atomic_load_explicit (&(x), memory_order_relaxed))
   for (unsigned i = 0; i < LG_DEV_ERRNOS; i++)
     all += e[i] = LD (st->errors[i]);
-  lg_dev_transport (d, &tr);
   fprintf (f,
            "read_ops=%" PRIu64 " read_bytes=%" PRIu64 " write_ops=%" PRIu64
            " written_bytes=%" PRIu64 " trim_ops=%" PRIu64 " trim_bytes=%" PRIu64
@@ -127,15 +130,35 @@ lg_dev_stats_print (const struct lg_dev *d, FILE *f)
            LD (st->ops[LG_OP_TRIM]), LD (st->bytes[LG_OP_TRIM]),
            LD (st->ops[LG_OP_ZERO]), LD (st->bytes[LG_OP_ZERO]),
            LD (st->ops[LG_OP_FLUSH]), all, e[0], e[1], e[2], e[3], e[4], e[5],
-           e[6], tr.reconnects, tr.retries, tr.timeouts,
-           lg_dev_auth_failures (d), lg_hist_quantile (&st->latency, 0.50),
+           e[6], tr.reconnects, tr.retries, tr.timeouts, c.auth_failures,
+           lg_hist_quantile (&st->latency, 0.50),
            lg_hist_quantile (&st->latency, 0.99),
            lg_hist_quantile (&st->latency, 0.999));
+  fprintf (f, " unconfirmed=%" PRIu64 " losses=%" PRIu64, tr.unconfirmed,
+           lg_dev_losses (d));
+  if (lg_volume_state_name (c.volume))
+    fprintf (f, " volume=%s", lg_volume_state_name (c.volume));
   if (d->ra)
     lg_ra_stats_print (d->ra, f);
   if (d->wb)
     lg_wb_stats_print (d->wb, f);
 #undef LD
+}
+
+const char *
+lg_volume_state_name (enum lg_volume_state v)
+{
+  switch (v) {
+  case LG_VOLUME_CLEAN:
+    return "clean";
+  case LG_VOLUME_IN_USE:
+    return "in-use";
+  case LG_VOLUME_DIRTY:
+    return "dirty";
+  case LG_VOLUME_NONE:
+    break;
+  }
+  return NULL;
 }
 
 int
@@ -490,8 +513,9 @@ lg_dev_revalidate (struct lg_dev *d)
 static struct lg_dev_counters
 counters_of (const struct lg_dev *d)
 {
-  struct lg_dev_counters c = { { 0, 0, 0, 0 }, 0, 0 };
+  struct lg_dev_counters c;
 
+  memset (&c, 0, sizeof c);
   if (d->ops->counters)
     d->ops->counters (d, &c);
   return c;

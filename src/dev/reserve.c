@@ -622,10 +622,9 @@ claim_held (struct lg_reserve *r, struct lg_pr_state *st, unsigned flags,
   if (st->holder != r->key && holder_dead (st->holder, how, sizeof how)) {
     lg_pr_describe_key (st->holder, who, sizeof who);
     lg_warn ("%s: held by %s, %s: taking it back", r->name, who, how);
-    w = take_over (r, st, err, errlen);
-    if (w > 0)
-      lg_alive_forget (st->holder);
-    return w;
+    /* Its runtime file stays: it may have held other LUNs, each taken
+     * back on the same proof (alive.h). */
+    return take_over (r, st, err, errlen);
   }
   if ((w = wait_for_holder (r, st, err, errlen)) == 0)
     return claim_held (r, st, flags, err, errlen);

@@ -4,6 +4,7 @@
 #ifndef LG_FUSE_FS_H
 #define LG_FUSE_FS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -23,6 +24,9 @@ struct lg_fs_opts {
    * (-1: /dev/null), and messages to syslog if log_syslog. */
   int log_fd;
   bool log_syslog;
+  /* Where messages go, for lungate status: "stderr", "syslog", a file's
+   * absolute path, or "" (lost). */
+  char log_name[PATH_MAX];
 };
 
 struct lg_fs *lg_fs_new (const struct lg_fs_opts *o);

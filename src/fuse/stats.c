@@ -27,6 +27,7 @@ lg_fs_stats_text (const struct lg_fs *fs, size_t *len)
   fprintf (f, "# lungate mount statistics: one line per LUN, key=value\n");
   fprintf (f, "# mount pid=%d mounted=%lld\n", (int) getpid (),
            (long long) fs->mounted);
+  fprintf (f, "# log %s\n", fs->o.log_name[0] ? fs->o.log_name : "none");
   for (int i = 0; i < fs->n; i++) {
     const struct node *nd = &fs->nodes[i];
     char path[600] = "";

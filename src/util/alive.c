@@ -206,18 +206,6 @@ lg_alive_is_closing (uint64_t key)
   return strstr (buf, "\nclosing\n") != NULL;
 }
 
-void
-lg_alive_forget (uint64_t key)
-{
-  char path[4096];
-  pid_t pid;
-
-  /* Only while it is still dead (a file is never reused: keys are). */
-  if (lg_alive_dead (key, &pid) == 1
-      && key_path (key, path, sizeof path, false) == 0)
-    unlink (path);
-}
-
 bool
 lg_alive_pid_holds (uint64_t key, pid_t pid)
 {

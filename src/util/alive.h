@@ -14,9 +14,10 @@
  * The directory: $XDG_RUNTIME_DIR/lungate, else /run/lungate for root,
  * else /tmp/lungate-<uid>; created mode 0700 and used only when it is a
  * directory of this user's that nobody else can write.  The file of a
- * clean exit is removed; a killed gateway's stays until a gateway takes
- * its LUN back (lg_alive_forget) or the runtime directory is emptied at
- * boot.
+ * clean exit is removed; a killed gateway's stays until the runtime
+ * directory is emptied (at boot, or at the user's logout): taking one of
+ * its LUNs back does not remove it, as the killed gateway may have held
+ * others (a whole target's), and each is taken back on the same proof.
  *
  * Threads: any; marking is done once per key.
  */
@@ -51,9 +52,6 @@ void lg_alive_keep (void);
 void lg_alive_closing (void);
 /* Whether the process that marked key said it is closing. */
 bool lg_alive_is_closing (uint64_t key);
-
-/* Removes the file of a dead process whose LUN was taken back. */
-void lg_alive_forget (uint64_t key);
 
 /* Whether process pid (as this process sees pids) holds key's file open:
  * the pid a file names is the marking process's own, which is another
