@@ -45,6 +45,16 @@ if command -v systemd-analyze >/dev/null; then
   [ "$n" -ge 2 ] || fail "only $n services in contrib/systemd"
 fi
 grep -q "^SocketGroup=" "$socket" || fail "the socket has no SocketGroup="
+# What is not a service runs nothing (lungate-units(5): the sandbox
+# rating applies to services only; a socket unit rates 9.8 as if it
+# were a service with no sandbox).
+for u in "${top_srcdir:-..}"/contrib/systemd/*@.*; do
+  case $u in
+    *.service) ;;
+    *.socket) grep -qE '^Exec' "$u" && fail "$(basename "$u") runs a process outside the rated sandbox" ;;
+    *) fail "$(basename "$u"): a unit type lungate-units(5) does not cover" ;;
+  esac
+done
 
 # unit_script UNIT: the command systemd runs, the ExecStart line with
 # its continuations, $$ -> $, %i -> the instance.
