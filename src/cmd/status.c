@@ -400,15 +400,21 @@ cmdline_of (pid_t pid, char *buf, size_t size, const char **args)
   return n;
 }
 
+/* A process as JSON: pid, since, reservation_keys, args. */
 static void
-print_args (const char *const *args, size_t nargs)
+print_process_json (pid_t pid, const uint64_t *keys, int nkeys,
+                    const char *const *args, size_t nargs, bool first)
 {
-  printf ("[");
+  printf ("%s{\"pid\": %d, \"since\": ", first ? "" : ", ", (int) pid);
+  print_time (started (pid), true);
+  printf (", \"reservation_keys\": ");
+  print_keys (keys, nkeys, true);
+  printf (", \"args\": [");
   for (size_t i = 1; i < nargs; i++) {
     printf ("%s", i > 1 ? ", " : "");
     lg_json_string (stdout, args[i]);
   }
-  printf ("]");
+  printf ("]}");
 }
 
 /* The nbdkit processes that run the lungate plugin. */
@@ -444,15 +450,8 @@ print_nbdkits (bool json)
     if (!plugin)
       continue;
     nkeys = keys_of (pid, keys, MAX_KEYS);
-    if (json) {
-      printf ("%s{\"pid\": %d, \"since\": ", n ? ", " : "", (int) pid);
-      print_time (started (pid), true);
-      printf (", \"reservation_keys\": ");
-      print_keys (keys, nkeys, true);
-      printf (", \"args\": ");
-      print_args (args, nargs);
-      printf ("}");
-    }
+    if (json)
+      print_process_json (pid, keys, nkeys, args, nargs, n == 0);
     else {
       printf ("nbd (nbdkit) pid %d, since ", (int) pid);
       print_time (started (pid), false);
@@ -528,15 +527,8 @@ print_elsewhere (bool json)
         || (ns.st_dev == self.st_dev && ns.st_ino == self.st_ino))
       continue;
     nkeys = keys_of (pid, keys, MAX_KEYS);
-    if (json) {
-      printf ("%s{\"pid\": %d, \"since\": ", n ? ", " : "", (int) pid);
-      print_time (started (pid), true);
-      printf (", \"reservation_keys\": ");
-      print_keys (keys, nkeys, true);
-      printf (", \"args\": ");
-      print_args (args, nargs);
-      printf ("}");
-    }
+    if (json)
+      print_process_json (pid, keys, nkeys, args, nargs, n == 0);
     else {
       printf ("mount daemon pid %d in another mount namespace, since ",
               (int) pid);
