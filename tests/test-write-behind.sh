@@ -173,6 +173,17 @@ elif step == "hol":
 PY
 
 gw_log () { cat "$TGT_DIR/$1.log" >&2; }
+# wait_line LOG REGEX TENTHS [COUNT]: until LOG has COUNT (1) lines that
+# match, for at most TENTHS/10 s (the checks after it say what is
+# missing).
+wait_line ()
+{
+  for _ in $(seq "$3"); do
+    [ "$(grep -c -- "$2" "$1")" -ge "${4:-1}" ] && return 0
+    sleep 0.1
+  done
+  return 0
+}
 
 # 1-3.
 fault_rule "op=write path=$f off=$MiB-$((MiB + 65536)) action=stall:4000"
@@ -205,10 +216,7 @@ fault_rule "op=write path=$f off=$((5 * MiB))-$((5 * MiB + 4096)) action=fail:5 
 coproc WB { env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" fail 2>&1; }
 read -r -t 60 line <&"${WB[0]}" || fail "the failing-write client did not start"
 [ "$line" = acked ] || fail "the failing-write client: $line"
-for _ in $(seq 300); do
-  grep -q "(write-behind) failed, bytes $((5 * MiB))-$((5 * MiB + 4095))" "$TGT_DIR/g.log" && break
-  sleep 0.1
-done
+wait_line "$TGT_DIR/g.log" "(write-behind) failed, bytes $((5 * MiB))-$((5 * MiB + 4095))" 300
 grep -q "$t/1: writes acknowledged before they reached the device (write-behind) failed, bytes $((5 * MiB))-" \
   "$TGT_DIR/g.log" || { gw_log g; fail "a failed buffered write is not logged with its LUN and range"; }
 echo go >&"${WB[1]}"
@@ -245,10 +253,7 @@ nbd_gw g "url=$url/1" writebehind=8M
 fault_rule "op=write path=$f off=$((5 * MiB))-$((5 * MiB + 4096)) action=fail:5 count=0"
 coproc FUA { env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g.sock" "$FAULT_LOG" fua 2>&1; }
 read -r -t 60 line <&"${FUA[0]}" || fail "the FUA client did not start"
-for _ in $(seq 300); do
-  [ "$(grep -c "(write-behind) failed, bytes $((5 * MiB))-" "$TGT_DIR/g.log")" -ge 2 ] && break
-  sleep 0.1
-done
+wait_line "$TGT_DIR/g.log" "(write-behind) failed, bytes $((5 * MiB))-" 300 2
 echo go >&"${FUA[1]}"
 out=$(cat <&"${FUA[0]}")
 echo "$out"
@@ -285,11 +290,8 @@ PY
 kill "${NBD_GW[g]}"
 # What is buffered fails at once, said in one line (nbd_stop then allows
 # for the sanitizer runtime's own hang in exit).
-for _ in $(seq 600); do
-  grep -q "more writes acknowledged before they reached the device (write-behind), [0-9]* bytes" \
-    "$TGT_DIR/g.log" && break
-  sleep 0.1
-done
+wait_line "$TGT_DIR/g.log" \
+  "more writes acknowledged before they reached the device (write-behind), [0-9]* bytes" 600
 grep -q "more writes acknowledged before they reached the device (write-behind), [0-9]* bytes" \
   "$TGT_DIR/g.log" || { gw_log g; kill -9 "${NBD_GW[g]}"
     fail "2000 writes buffered for a stalled target were not failed at once within 60 s of SIGTERM"; }
@@ -322,10 +324,7 @@ fault_clear
 fault_rule "op=write path=$f off=$((26 * MiB))-$((26 * MiB + 4096)) action=fail:5 count=0"
 env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" leave \
   >/dev/null || fail "the leaving client"
-for _ in $(seq 300); do
-  grep -q "(write-behind) failed, bytes $((26 * MiB))-" "$TGT_DIR/g2.log" && break
-  sleep 0.1
-done
+wait_line "$TGT_DIR/g2.log" "(write-behind) failed, bytes $((26 * MiB))-" 300
 out=$(env -u LD_PRELOAD "$NBD_PYTHON" "$TGT_DIR/wb.py" "$TGT_DIR/g2.sock" "$FAULT_LOG" later 2>&1)
 echo "$out"
 echo "$out" | sed -n 1p | grep -Eq "^flush failed (5|EIO)$" \

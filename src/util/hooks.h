@@ -11,6 +11,8 @@
  *                              the crypt layer's open (dev/stack.c)
  *   LUNGATE_BENCH_NO_BARRIERS  the crypt layer's writes unordered
  *   LUNGATE_NO_RELAY           libiscsi on the socket, unchecked
+ *   LUNGATE_TEST_WRITE_BEHIND  write-behind of this size where the front
+ *                              end asked for none (dev/dev.c)
  */
 #ifndef LG_UTIL_HOOKS_H
 #define LG_UTIL_HOOKS_H
