@@ -85,4 +85,26 @@ if pgrep -f "lungate mount --log stderr $url" >/dev/null; then
   pkill -f "lungate mount --log stderr $url"
   fail "unshare -Urm: the daemon outlived the shell after lungate umount"
 fi
+# unshare -Urm with no XDG_RUNTIME_DIR (after su, in a CI job or a
+# container): the daemon left in the namespace keeps its runtime file and
+# log in /tmp/lungate-UID, UID as outside, so that a second mount of the
+# LUN outside names it by its pid.  (Before: uid 0 inside took /run,
+# which it may not write: "no syslog and no runtime directory (Operation
+# not permitted)", and the refusal offered --takeover.)
+mkdir -m 777 "$w/m2" "$w/m3"
+on_exit fusermount3 -u -z "$w/m3"
+as_nobody "" env -u XDG_RUNTIME_DIR unshare -Urm \
+  "$w/lungate" mount --log syslog "$url" "$w/m2" \
+  || { cat "$w/err"; fail "unshare -Urm without XDG_RUNTIME_DIR: the mount failed"; }
+dpid=$(pgrep -f -- "lungate mount --log syslog $url $w/m2" | head -n 1)
+[ -n "$dpid" ] || { cat "$w/err"; fail "no daemon in the user namespace"; }
+on_exit kill "$dpid"
+grep -q "no runtime directory" "$w/err" && { cat "$w/err"; fail "the daemon in the user namespace has no runtime directory"; }
+if as_nobody "" env -u XDG_RUNTIME_DIR "$w/lungate" mount -f "$url" "$w/m3"; then
+  fail "a second mount of a LUN held in a user namespace succeeded"
+fi
+grep -q "pid $dpid" "$w/err" \
+  || { cat "$w/err"; fail "the refusal does not name the daemon in the user namespace"; }
+kill "$dpid"
+wait_exit "$dpid" 60 "the daemon in the user namespace"
 echo "test-fuse-hints: ok"

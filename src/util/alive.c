@@ -29,19 +29,44 @@ static struct {
 static unsigned nmarks;
 static bool exit_armed;
 
+/* uid as the parent user namespace knows it (itself outside any user
+ * namespace): under unshare -Ur a user is uid 0, and may not write
+ * /run. */
+static uid_t
+outer_uid (uid_t uid)
+{
+  FILE *f = fopen ("/proc/self/uid_map", "re");
+  unsigned long in, out, count;
+  uid_t r = uid;
+
+  if (f == NULL)
+    return uid;
+  while (fscanf (f, "%lu %lu %lu", &in, &out, &count) == 3)
+    if (uid >= in && uid - in < count) {
+      r = (uid_t) (out + (uid - in));
+      break;
+    }
+  fclose (f);
+  return r;
+}
+
 int
 lg_runtime_dir (char *buf, size_t len, bool create)
 {
   const char *xdg = getenv ("XDG_RUNTIME_DIR");
+  uid_t uid = outer_uid (geteuid ());
   struct stat st;
   int n;
 
+  /* A user's gateways in and out of a user namespace share /tmp's
+   * directory, named by the user's uid outside: each finds the others'
+   * runtime files. */
   if (xdg && xdg[0] == '/')
     n = snprintf (buf, len, "%s/lungate", xdg);
-  else if (geteuid () == 0)
+  else if (uid == 0)
     n = snprintf (buf, len, "/run/lungate");
   else
-    n = snprintf (buf, len, "/tmp/lungate-%u", (unsigned) geteuid ());
+    n = snprintf (buf, len, "/tmp/lungate-%u", (unsigned) uid);
   if (n < 0 || (size_t) n >= len) {
     errno = ENAMETOOLONG;
     return -1;

@@ -12,7 +12,7 @@
  * directory is not this one, or a file removed): the LUN stays refused.
  *
  * The directory: $XDG_RUNTIME_DIR/lungate, else /run/lungate for root,
- * else /tmp/lungate-<uid>; created mode 0700 and used only when it is a
+ * else /tmp/lungate-<uid> (root and uid as outside a user namespace); created mode 0700 and used only when it is a
  * directory of this user's that nobody else can write.  The file of a
  * clean exit is removed; a killed gateway's stays until the runtime
  * directory is emptied (at boot, or at the user's logout): taking one of
