@@ -47,6 +47,10 @@ expect_fail_with "iqn.2026-11.org.lungate:missing: target not found" \
 # ... and which LUNs do (issue 30, item 17: it did not say).
 expect_fail_with "LUN 9 does not exist on this target \\(its LUNs: 0, 1, 2\\)" \
   "$LUNGATE" info "${allowed[@]}" "$url/9"
+# README shows that message as it is (the audit of issue 30 found the
+# old one there).
+grep -q "^    lungate: iqn....: LUN 7 does not exist on this target (its LUNs: [0-9, ]*)\$" \
+  "${top_srcdir:-..}/README" || fail "README's example of a missing LUN is not the message lungate gives"
 
 # A closed port: refused at once.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
