@@ -40,6 +40,13 @@ interrupt ()
   [ "$rc" = 130 ] || fail "$name: exit status $rc after SIGINT (130 expected: killed by SIGINT)"
   grep -q "interrupted" "$TGT_DIR/$name.err" || fail "$name: SIGINT and not a word"
   grep -Eq 'AddressSanitizer|runtime error:' "$TGT_DIR/$name.err" && fail "$name: sanitizer report"
+  # Its reservation released, its runtime file goes too (the audit of
+  # issue 30: five interrupted formats left five, whose dead pids prove
+  # nothing any more).
+  if ls "$XDG_RUNTIME_DIR"/lungate/lungate-*.alive >/dev/null 2>&1; then
+    ls -l "$XDG_RUNTIME_DIR"/lungate/ >&2
+    fail "$name: the interrupted command left its runtime file"
+  fi
   return 0
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
+#include "util/alive.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -51,6 +52,9 @@ lg_cmd_die_if_stopped (void)
 
   if (sig == 0)
     return;
+  /* Dying of it skips atexit: the runtime files go first (what the
+   * command could not release keeps them, lg_alive_keep). */
+  lg_alive_exit ();
   signal (sig, SIG_DFL);
   raise (sig);
 }

@@ -103,8 +103,8 @@ key_path (uint64_t key, char *buf, size_t len, bool create)
  * not release keeps them: lg_alive_keep). */
 static bool keep;
 
-static void
-at_exit (void)
+void
+lg_alive_exit (void)
 {
   char path[4096];
 
@@ -166,7 +166,7 @@ lg_alive_mark (uint64_t key)
   marks[nmarks].len = strlen (pid);
   nmarks++;
   if (!exit_armed)
-    exit_armed = atexit (at_exit) == 0;
+    exit_armed = atexit (lg_alive_exit) == 0;
   ret = 0;
 out:
   pthread_mutex_unlock (&lock);

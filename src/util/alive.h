@@ -50,6 +50,9 @@ void lg_alive_keep (void);
  * gateway of this host refused by one of its LUNs waits longer for the
  * release (dev/reserve.c). */
 void lg_alive_closing (void);
+/* What a clean exit does (atexit): removes this process's files, unless
+ * lg_alive_keep.  For a process about to die of a signal it raises. */
+void lg_alive_exit (void);
 /* Whether the process that marked key said it is closing. */
 bool lg_alive_is_closing (uint64_t key);
 
