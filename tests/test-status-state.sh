@@ -93,6 +93,20 @@ block=$(the_mount)
 want "after a crash" "volume dirty" "$block"
 with_timeout 120 "$LUNGATE" umount "$mnt" >/dev/null || fail "umount"
 
+# --log syslog where no syslog runs: said, not silently lost (the audit
+# helper-36: it exited 0 without a word).
+if [ -S /dev/log ]; then
+  with_timeout 60 "$LUNGATE" mount --log syslog --key-file "lun1=$d/key" "$url" "$mnt" 2>"$d/syslog.err" \
+    || { cat "$d/syslog.err"; fail "mount --log syslog"; }
+  want "--log syslog" "log: syslog" "$(the_mount)"
+else
+  with_timeout 60 "$LUNGATE" mount --log syslog "$url/2" "$mnt" 2>"$d/syslog.err" \
+    || { cat "$d/syslog.err"; fail "mount --log syslog"; }
+  grep -q "no syslog runs here (no /dev/log): the mount's messages are lost" "$d/syslog.err" \
+    || { cat "$d/syslog.err"; fail "mount --log syslog without a syslog says nothing"; }
+fi
+with_timeout 120 "$LUNGATE" umount "$mnt" >/dev/null || fail "umount"
+
 # A daemon in a mount namespace of its own: not in our mounts, still
 # listed, with the way to stop it.
 unshare -m --propagation private sh -c \

@@ -429,6 +429,9 @@ open_log (const char *where, bool foreground, struct lg_fs_opts *fo)
     return 0;
   }
   if (where && strcmp (where, "syslog") == 0) {
+    if (stat ("/dev/log", &st) < 0 || !S_ISSOCK (st.st_mode))
+      lg_warn ("--log syslog: no syslog runs here (no /dev/log): the "
+               "mount's messages are lost; use --log FILE");
     if (foreground)
       lg_log_to_syslog ();
     fo->log_syslog = true;
