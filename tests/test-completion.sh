@@ -55,6 +55,10 @@ want "volume.key volume.pass " key add --key-file k --new-passphrase-file vol
 want "volume.key volume.pass " format --key-file vol
 want "volume.key volume.pass " info --target-password-file vol
 want "" key add ""
+# Nor after backup or restore and a URL (the audit helper-36: it offered
+# the actions again).
+want "" key backup iscsi://h/iqn.x:t/1 ""
+want "" key restore iscsi://h/iqn.x:t/1 ""
 want "" key remove --slot ""
 cd - >/dev/null || fail "cd back"
 # mount -o: the mount options, also after a comma.

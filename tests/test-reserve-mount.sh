@@ -54,7 +54,7 @@ grep -q "/1: read-only beside the writer, .*changes under the reader" "$TGT_DIR/
 expect_fail_with "mounted already on $mnt" "$LUNGATE" mount -o ro "$url" "$mnt2"
 # A second mount on the same directory names the mount there (issue 30,
 # item 12: it said "the directory is not empty").
-expect_exit 1 "$mnt: lungate has .* mounted there already: unmount it first \\(fusermount3 -u $mnt\\)" \
+expect_exit 1 "$mnt: lungate has .* mounted there already: unmount it first \\(lungate umount $mnt\\)" \
   "$LUNGATE" mount -o ro "iscsi://$TGT_PORTAL/$t" "$mnt"
 fusermount3 -u "$mnt" || fail "unmount"
 nbd_stop "$gw"

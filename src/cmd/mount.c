@@ -351,7 +351,7 @@ check_dir (const char *dir, bool nonempty, char *abs)
   }
   if (lungate_mount_on (abs, src, sizeof src)) {
     lg_error ("%s: lungate has %s mounted there already: unmount it first "
-              "(fusermount3 -u %s), or choose another directory",
+              "(lungate umount %s), or choose another directory",
               dir, src, dir);
     return -1;
   }

@@ -336,8 +336,11 @@ in_use (struct lg_reserve *r, const struct lg_pr_state *st, char *err,
             "%s%s",
             r->name, who, st->holder, lg_pr_type_name (st->type), pid_s,
             r->no_ro ? "" : "open it read-only (-r, -o ro), or ",
-            pid_s[0] ? "stop that gateway first"
-                     : "take it over with --takeover if that gateway is gone");
+            strncmp (pid_s, ", pid ", 6) == 0
+                ? "stop that gateway first (lungate status shows it)"
+                : pid_s[0]
+                ? "stop that gateway first"
+                : "take it over with --takeover if that gateway is gone");
   errno = EBUSY;
   return -1;
 }
