@@ -16,6 +16,7 @@
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require fusermount3 mountpoint pgrep python3 unshare
+[ -x /usr/bin/python3 ] || skip "no /usr/bin/python3"
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 [ "$(id -u)" = 0 ] || skip "a mount namespace of its own needs root here"
 tgt_start
@@ -39,11 +40,12 @@ mount_it ()
     "$url" "$mnt" || { cat "$d/mount.log"; fail "mount ($1)"; }
 }
 
-# the_mount: this test's block of lungate status.
+# the_mount [DIR MODE]: that mount's block of lungate status (default:
+# this test's read-write mount).
 the_mount ()
 {
   "$LUNGATE" status >"$d/status.out" 2>&1 || { cat "$d/status.out"; fail "status"; }
-  awk -v m="mount $mnt (rw)" '$0 == m { f = 1; print; next }
+  awk -v m="mount ${1:-$mnt} (${2:-rw})" '$0 == m { f = 1; print; next }
     f && /^  / { print; next } { f = 0 }' "$d/status.out"
 }
 
@@ -78,6 +80,22 @@ assert luns["lun1"]["unconfirmed"] == 0, luns
 assert "volume" not in luns["lun2"], luns
 PY
 
+# A reader beside the writer (the hostile review helper-35: a read-only
+# mount said "volume clean" while the writer had it in use, and after
+# the writer's kill -9): it cannot know, and says so.
+mkdir "$d/ro"
+on_exit fusermount3 -u -z "$d/ro"
+with_timeout 60 "$LUNGATE" mount -o ro --log "$d/ro.log" --key-file "lun1=$d/key" \
+  "iscsi://localhost:${TGT_PORTAL##*:}/$iqn" "$d/ro" || { cat "$d/ro.log"; fail "mount -o ro"; }
+block=$(the_mount "$d/ro" ro)
+want "read-only" "volume state not known here" "$block"
+with_timeout 120 "$LUNGATE" umount "$d/ro" >/dev/null || fail "umount -o ro"
+
+# A log file's name is a line of .stats: a newline in it would add a LUN
+# to status (helper-35: "lunX: FAKE" was listed).  Refused.
+expect_exit 2 "control character" "$LUNGATE" mount --log "$d/a
+file=lunX lun=FAKE size=1" "$url" "$d/ro"
+
 # Killed: the header stays dirty, and the next mount says so.  The next
 # mount of the whole target takes both LUNs back from the dead gateway
 # (before: the first LUN's takeover removed the dead gateway's runtime
@@ -91,6 +109,30 @@ fusermount3 -u -z "$mnt"
 mount_it "after a crash"
 block=$(the_mount)
 want "after a crash" "volume dirty" "$block"
+# A process that gets the killed daemon's pid (its runtime file stays,
+# naming that pid) is not shown holding the dead gateway's key (the
+# hostile review helper-35).  ns_last_pid hands out the pid; other
+# processes may take it first, hence the tries.
+printf 'import time\ntime.sleep(120)\n' >"$d/mount"
+fake=
+for _ in $(seq 100); do
+  echo $((mpid - 1)) >/proc/sys/kernel/ns_last_pid 2>/dev/null || break
+  # (Not python3 by PATH: a shim there may exec it again, with its own
+  # argv[0].)
+  (cd "$d" && exec unshare -m bash -c 'exec -a lungate /usr/bin/python3 mount') &
+  if [ "$!" = "$mpid" ]; then fake=$!; break; fi
+  kill "$!" 2>/dev/null; wait "$!" 2>/dev/null
+done
+[ -n "$fake" ] || fail "could not start a process with the dead daemon's pid $mpid"
+on_exit kill "$fake"
+for _ in $(seq 50); do tr '\0' ' ' <"/proc/$fake/cmdline" | grep -q '^lungate mount' && break; sleep 0.1; done
+"$LUNGATE" status >"$d/status.out" 2>&1 || fail "status"
+awk -v m="mount daemon pid $mpid in another mount namespace" 'index($0, m) == 1 { f = 1; print; next }
+  f && /^  / { print; next } { f = 0 }' "$d/status.out" >"$d/fake.out"
+grep -q . "$d/fake.out" || { cat "$d/status.out"; fail "status does not list the process with pid $mpid"; }
+grep -q "reservation key" "$d/fake.out" \
+  && { cat "$d/fake.out"; fail "status shows the dead gateway's key for another process with its pid"; }
+kill "$fake"
 with_timeout 120 "$LUNGATE" umount "$mnt" >/dev/null || fail "umount"
 
 # --log syslog where no syslog runs: said, not silently lost (the audit
@@ -106,6 +148,25 @@ else
     || { cat "$d/syslog.err"; fail "mount --log syslog without a syslog says nothing"; }
 fi
 with_timeout 120 "$LUNGATE" umount "$mnt" >/dev/null || fail "umount"
+
+# A daemon of another mount namespace whose mount is visible here (a
+# shared mount: systemd's default for a unit with a namespace of its
+# own) is listed once, as a mount (helper-35: listed twice, the second
+# time as "not visible here").
+mkdir "$d/shared"
+mount --bind "$d/shared" "$d/shared"
+on_exit umount -l "$d/shared"
+mount --make-shared "$d/shared"
+mkdir "$d/shared/m"
+unshare -m --propagation unchanged "$LUNGATE" mount --log "$d/shared.log" \
+  --key-file "lun1=$d/key" "$url" "$d/shared/m" || { cat "$d/shared.log"; fail "mount on a shared mount"; }
+spid=$(pgrep -f -- "lungate mount --log $d/shared.log" | head -n 1)
+[ -n "$spid" ] || fail "no daemon for the shared mount"
+"$LUNGATE" status >"$d/status.out" 2>&1 || fail "status"
+grep -qF "mount $d/shared/m (rw)" "$d/status.out" || { cat "$d/status.out"; fail "the shared mount is not listed"; }
+grep -qF "mount daemon pid $spid in another mount namespace" "$d/status.out" \
+  && { cat "$d/status.out"; fail "the daemon of a mount listed here is listed again as not visible"; }
+with_timeout 120 "$LUNGATE" umount "$d/shared/m" >/dev/null || fail "umount the shared mount"
 
 # A daemon in a mount namespace of its own: not in our mounts, still
 # listed, with the way to stop it.

@@ -51,7 +51,7 @@ grep -q "^SocketGroup=" "$socket" || fail "the socket has no SocketGroup="
 for u in "${top_srcdir:-..}"/contrib/systemd/*@.*; do
   case $u in
     *.service) ;;
-    *.socket) grep -qE '^Exec' "$u" && fail "$(basename "$u") runs a process outside the rated sandbox" ;;
+    *.socket) grep -qE '^[[:space:]]*Exec' "$u" && fail "$(basename "$u") runs a process outside the rated sandbox" ;;
     *) fail "$(basename "$u"): a unit type lungate-units(5) does not cover" ;;
   esac
 done

@@ -612,6 +612,12 @@ mount_own_option (void *args, int c, const char *arg)
   case OPT_LOG:
     if (arg[0] == '\0')
       return lg_usage_error ("mount", "--log: stderr, syslog or a file");
+    /* Its name is a line of .stats (lungate status reads it). */
+    for (const char *p = arg; *p; p++)
+      if (iscntrl ((unsigned char) *p))
+        return lg_usage_error ("mount",
+                               "--log: a file name with a control "
+                               "character (a newline?)");
     a->log = arg;
     return 0;
   default:

@@ -34,11 +34,17 @@
 
 #define MAX_KEYS 16
 
+/* The daemons of the mounts listed (their pids): a daemon of another
+ * mount namespace whose mount is visible here is not listed again. */
+#define MAX_LISTED 256
+static pid_t listed[MAX_LISTED];
+static unsigned nlisted;
+
 /* The reservation keys that process pid marked (util/alive.h). */
 static int
 keys_of (pid_t pid, uint64_t *keys, int max)
 {
-  char dir[PATH_MAX], path[PATH_MAX + 300];
+  char dir[PATH_MAX];
   struct dirent *e;
   DIR *d;
   int n = 0;
@@ -48,17 +54,16 @@ keys_of (pid_t pid, uint64_t *keys, int max)
     return 0;
   while (n < max && (e = readdir (d)) != NULL) {
     uint64_t key;
-    FILE *f;
-    long p = 0;
+    pid_t holder;
 
     if (sscanf (e->d_name, "lungate-%16" SCNx64 ".alive", &key) != 1)
       continue;
-    snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
-    if ((f = fopen (path, "re")) == NULL)
-      continue;
-    if (fscanf (f, "%ld", &p) == 1 && p == (long) pid)
+    /* The pid a file names counts only while its lock is held by that
+     * process: a dead gateway's file stays (util/alive.h), and its pid
+     * may be another process's now. */
+    if (lg_alive_dead (key, &holder) == 0 && holder == pid
+        && lg_alive_pid_holds (key, pid))
       keys[n++] = key;
-    fclose (f);
   }
   closedir (d);
   return n;
@@ -169,6 +174,9 @@ print_lun (char *line, bool json, bool first)
     else if (strcmp (vol, "dirty") == 0)
       printf ("; volume dirty (not closed cleanly, or a write failed: "
               "lungate verify checks it)");
+    else if (strcmp (vol, "unknown") == 0)
+      printf ("; volume state not known here (read-only: another gateway "
+              "may write it; lungate info reads it)");
     else if (vol[0])
       printf ("; volume %s", vol);
     printf ("\n");
@@ -325,6 +333,8 @@ print_mount (const struct mntent *m, bool json, bool first)
   FILE *f = NULL;
 
   read_stats (m->mnt_dir, &ms);
+  if (ms.pid > 0 && nlisted < MAX_LISTED)
+    listed[nlisted++] = ms.pid;
   nkeys = ms.pid > 0 ? keys_of (ms.pid, keys, MAX_KEYS) : 0;
   if (ms.text)
     f = fmemopen (ms.text, strlen (ms.text) + 1, "r");
@@ -398,6 +408,19 @@ cmdline_of (pid_t pid, char *buf, size_t size, const char **args)
   for (size_t i = 0; i < len && n < MAX_ARGS; i += strlen (buf + i) + 1)
     args[n++] = buf + i;
   return n;
+}
+
+/* " ARG", its control characters and backslashes as \xNN: another
+ * user's command line does not write on this terminal. */
+static void
+print_arg (const char *arg)
+{
+  putchar (' ');
+  for (const unsigned char *p = (const unsigned char *) arg; *p; p++)
+    if (iscntrl (*p) || *p == '\\')
+      printf ("\\x%02x", *p);
+    else
+      putchar (*p);
 }
 
 /* A process as JSON: pid, since, reservation_keys, args. */
@@ -518,7 +541,12 @@ print_elsewhere (bool json)
     size_t nargs;
     int nkeys;
 
-    if (pid <= 0 || (nargs = cmdline_of (pid, buf, sizeof buf, args)) == 0
+    bool seen = false;
+
+    for (unsigned i = 0; i < nlisted; i++)
+      seen |= listed[i] == pid;
+    if (seen || pid <= 0
+        || (nargs = cmdline_of (pid, buf, sizeof buf, args)) == 0
         || !mount_daemon (args, nargs))
       continue;
     snprintf (path, sizeof path, "/proc/%d/ns/mnt", (int) pid);
@@ -535,7 +563,7 @@ print_elsewhere (bool json)
       print_time (started (pid), false);
       printf ("\n  command:");
       for (size_t i = 0; i < nargs; i++)
-        printf (" %s", args[i]);
+        print_arg (args[i]);
       printf ("\n  its mount is not visible here; stop it with: kill %d "
               "(it unmounts, writes back and releases its LUNs)\n",
               (int) pid);

@@ -426,8 +426,10 @@ cdev_counters (const struct lg_dev *d, struct lg_dev_counters *c)
     lower->ops->counters (lower, c);
   c->auth_failures += atomic_load (&x->auth_failures);
   c->losses += atomic_load (&x->bar.losses);
-  /* As the header would say after a close now (mark_clean). */
-  c->volume = x->was_dirty || atomic_load (&x->write_failed) ? LG_VOLUME_DIRTY
+  /* As the header would say after a close now (mark_clean).  A reader
+   * does not follow the header another gateway writes. */
+  c->volume = !x->manage_dirty || atomic_load (&x->replaced) ? LG_VOLUME_UNKNOWN
+      : x->was_dirty || atomic_load (&x->write_failed)       ? LG_VOLUME_DIRTY
       : atomic_load (&x->marked)                             ? LG_VOLUME_IN_USE
                                                              : LG_VOLUME_CLEAN;
 }

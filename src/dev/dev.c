@@ -157,6 +157,8 @@ lg_volume_state_name (enum lg_volume_state v)
     return "in-use";
   case LG_VOLUME_DIRTY:
     return "dirty";
+  case LG_VOLUME_UNKNOWN:
+    return "unknown";
   case LG_VOLUME_NONE:
     break;
   }

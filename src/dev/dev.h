@@ -69,16 +69,19 @@ struct lg_dev_counters {
   uint64_t losses;
   /* The volume's state, where a layer of the stack keeps a volume. */
   enum lg_volume_state {
-    LG_VOLUME_NONE,   /* no volume: a plain LUN */
-    LG_VOLUME_CLEAN,  /* its header says clean, and nothing written since */
-    LG_VOLUME_IN_USE, /* written by this device: a clean close marks it
+    LG_VOLUME_NONE,    /* no volume: a plain LUN */
+    LG_VOLUME_CLEAN,   /* its header says clean, and nothing written since */
+    LG_VOLUME_IN_USE,  /* written by this device: a clean close marks it
                        * clean */
-    LG_VOLUME_DIRTY,  /* found dirty, or a write failed: it stays dirty
+    LG_VOLUME_DIRTY,   /* found dirty, or a write failed: it stays dirty
                       * (lungate verify) */
+    LG_VOLUME_UNKNOWN, /* not known here: opened read-only (another
+                        * gateway may write it), or the LUN holds another
+                        * volume now */
   } volume;
 };
 
-/* "clean", "in-use", "dirty", or NULL for LG_VOLUME_NONE. */
+/* "clean", "in-use", "dirty", "unknown", or NULL for LG_VOLUME_NONE. */
 const char *lg_volume_state_name (enum lg_volume_state v);
 
 /* The counters every device keeps of the requests made to it through the
