@@ -23,7 +23,12 @@
 #define RA_CHUNK (1u << 20)
 /* Bytes read in order before anything is read ahead. */
 #define RA_TRIGGER (256u << 10)
-#define RA_WORKERS 4
+/* Reads in flight: each worker reads a chunk in one request, and the
+ * link idles a round trip each time they all finish together, so what is
+ * in flight must outlast a round trip several times (8 MiB: 6.7 round
+ * trips of 10 ms at 1 Gbit/s, 86-89% of the link; four gave 76-79%:
+ * contrib/bench/RESULTS.md). */
+#define RA_WORKERS 8
 #define RA_MAX_AGE_MS 2000
 
 enum cstate { C_FREE, C_QUEUED, C_READING, C_READY, C_FAILED };
