@@ -33,14 +33,29 @@ reservation ()
   "$LUNGATE" info "$1" | sed -n 's/^reservation: //p'
 }
 
+# gateway_gone NAME PID: the stopped gateway exits within 60 s (else its
+# threads and its log are shown).  Under the sanitizer runtime nbdkit
+# may hang in exit itself, its one thread left in p11-kit's destructor
+# waiting for glibc's setlocale lock (functions-nbd.sh, nbd_stop; seen
+# here with write-behind on, test-faults-wb): then it is killed, with a
+# note; what the tests check is the LUN.
+gateway_gone ()
+{
+  if [ "$1" != mount ] && [ -n "$(_nbd_preload)" ] \
+     && ! with_timeout 60 tail --pid="$2" -f /dev/null 2>/dev/null; then
+    echo "$1: nbdkit $2 (AddressSanitizer runtime) did not exit: killed" >&2
+    kill -9 "$2"
+  fi
+  wait_exit "$2" 60 "$1: the stopping gateway" "$TGT_DIR/$1.log"
+}
+
 # check NAME URL PID LINE: the held write's gateway (PID) was stopped,
 # the LUN stays reserved; the next gateway's NEW is acknowledged only
 # after the held write (faultio rule LINE) landed, and stays.
 check ()
 {
   local name=$1 url=$2 pid=$3 res
-  with_timeout 60 tail --pid="$pid" -f /dev/null \
-    || fail "$name: the stopping gateway did not exit"
+  gateway_gone "$name" "$pid"
   res=$(reservation "$url")
   case $res in
     "Write Exclusive, Registrants Only by a gateway on this host"*) ;;
@@ -97,8 +112,7 @@ nbd_gw owner "url=$url" "key-file=$key"
 nbd_write "$TGT_DIR/owner.sock" "OLD-owner-" >/dev/null 2>&1 &
 fault_wait_log '^stall-begin 3 ' 30
 kill -TERM "${NBD_GW[owner]}"
-with_timeout 60 tail --pid="${NBD_GW[owner]}" -f /dev/null \
-  || fail "owner: the stopping gateway did not exit"
+gateway_gone owner "${NBD_GW[owner]}"
 grep -q "not clearing the owner record: 1 write of unknown outcome" "$TGT_DIR/owner.log" \
   || { cat "$TGT_DIR/owner.log"; fail "owner: the stop does not say it keeps the owner record"; }
 "$LUNGATE" info "$url" | grep -q "^volume-owner: a gateway on host" \
