@@ -173,6 +173,22 @@ _lg_exit_trap_set=
 
 on_exit ()
 {
+  local a args=()
+  # kill PID...: only the process that has that pid now, at the exit.
+  # Pids come round again (pid_max 32768 wraps many times in a CI run),
+  # and a gateway stopped long before the exit may have left its pid to
+  # another test's tgtd (CI run s44fin4-a: a tgtd killed by SIGKILL in
+  # the middle of its test).  Each pid goes with its start time.
+  if [ "$1" = kill ]; then
+    for a in "${@:2}"; do
+      if [[ $a =~ ^[0-9]+$ ]]; then
+        args+=("$a@$(_lg_start_time "$a")")
+      else
+        args+=("$a")
+      fi
+    done
+    set -- _lg_kill_same "${args[@]}"
+  fi
   _lg_exit_cmds+=("$(printf '%q ' "$@")")
   if [ -z "$_lg_exit_trap_set" ]; then
     _lg_exit_trap_set=1
@@ -181,6 +197,35 @@ on_exit ()
     trap 'exit 130' INT
     trap 'exit 143' TERM
   fi
+}
+
+# _lg_start_time PID: when process PID started (clock ticks since boot,
+# /proc/PID/stat's 22nd field), or nothing.
+_lg_start_time ()
+{
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  st=${st##*) }
+  # shellcheck disable=SC2086 # the fields, split
+  set -- $st
+  printf '%s' "${20}"
+}
+
+# _lg_kill_same [OPTION...] PID@START...: kill, with the options, each
+# PID that still started at START (on_exit).
+_lg_kill_same ()
+{
+  local a opts=() pids=()
+  for a in "$@"; do
+    case $a in
+      *@*)
+        [ -n "${a#*@}" ] && [ "$(_lg_start_time "${a%@*}")" = "${a#*@}" ] \
+          && pids+=("${a%@*}") ;;
+      *) opts+=("$a") ;;
+    esac
+  done
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  kill "${opts[@]}" "${pids[@]}"
 }
 
 _lg_run_exit ()
