@@ -8,7 +8,8 @@
 # holder; -r reads beside the writer; close releases everything; a
 # gateway of this host killed with -9 is taken over with takeover=true
 # (LIO refuses PREEMPT from the other sessions of its name: the new
-# gateway clears the reservation as the dead one's own nexus); a LIO
+# gateway clears the reservation as the dead one's own nexus), and by
+# one of two gateways at once without disturbing the winner; a LIO
 # whose db_root has no writable pr/ (PR OUT fails with NOT READY) serves
 # writes with a warning, as a target without reservations.
 . "${srcdir:-.}/functions-nbd.sh"
@@ -109,6 +110,45 @@ nbd_stop "${NBD_GW[e]}"
 res=$(reservation)
 [ "$res" = "not reserved" ] || fail "after the takeover's close: '$res'"
 echo "lio: takeover from this host, another   ok"
+
+# 5b. Two gateways of this host take a dead holder's LUN back at once:
+# each finds PREEMPT refused and clears it as the dead one's nexus.  The
+# one that comes second must see that the LUN changed hands and must not
+# log in as the holder's nexus then, which is now the winner's live
+# session (LIO would reinstate it).  LUNGATE_TEST_TAKEOVER_NAP_MS holds
+# the slow one just before the clear while the other takes it and writes.
+nbd_gw dead "url=$url"
+nbd_io dead write 9 1 >/dev/null || fail "gateway dead cannot write"
+kill -9 "${NBD_GW[dead]}"; wait "${NBD_GW[dead]}" 2>/dev/null
+LUNGATE_TEST_TAKEOVER_NAP_MS=8000 nbd_gw slow "url=$url"
+nbd_io slow write 9 2 >"$TGT_DIR/slow.out" 2>&1 &
+spid=$!
+for _ in $(seq 300); do
+  grep -q "test hook: .* before clearing it" "$TGT_DIR/slow.log" && break
+  sleep 0.1
+done
+grep -q "test hook: .* before clearing it" "$TGT_DIR/slow.log" \
+  || { cat "$TGT_DIR/slow.log"; fail "the slow gateway never came to the clear"; }
+nbd_gw fast "url=$url"
+nbd_io fast write 9 24 >/dev/null \
+  || { cat "$TGT_DIR/fast.log"; fail "the dead holder's LUN was not taken back"; }
+wait "$spid" && { cat "$TGT_DIR/slow.log"; fail "the slow gateway wrote beside the one that took the LUN"; }
+# LIO closes a reinstated session's connection a moment after the new
+# login (about a second in the VM): time for that before looking.
+sleep 5
+if grep -E "connection lost|logged in again" "$TGT_DIR/fast.log"; then
+  fail "the other gateway's clear reinstated the winner's session"
+fi
+grep -q "changed hands meanwhile: a gateway on this host" "$TGT_DIR/slow.log" \
+  || { cat "$TGT_DIR/slow.log"; fail "the slow gateway does not say that the LUN changed hands"; }
+nbd_io fast write 10 25 >/dev/null \
+  || { cat "$TGT_DIR/fast.log"; fail "the winner cannot write once the other gave up"; }
+[ "$(nbd_io fast read 9)" = 24 ] || fail "the winner's write is not there"
+nbd_stop "${NBD_GW[slow]}"
+nbd_stop "${NBD_GW[fast]}"
+res=$(reservation)
+[ "$res" = "not reserved" ] || fail "after the race: '$res'"
+echo "lio: two take a dead holder's LUN back   ok"
 
 # 6. lungate mount with the default pool writes and flushes.
 "$LUNGATE" mount -f "$url" "$mnt" 2>"$TGT_DIR/mount.log" &

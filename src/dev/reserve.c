@@ -224,9 +224,11 @@ probe_writers (struct lg_reserve *r)
   uint64_t mask = 0;
   uint8_t isid[6], mine[6];
   char name[256], msg[256];
+  uint64_t key;
   int h = -1;
 
-  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, msg, sizeof msg)
+  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, &key, msg,
+                         sizeof msg)
       < 0) {
     lg_debug ("%s: which session holds the reservation: %s", r->name, msg);
     lg_pool_set_writers (r->p, r->lun, 0);
@@ -413,20 +415,42 @@ clear_on_nexus (struct lg_reserve *r, const uint8_t isid[6], uint64_t key,
  * died), a session logs in with the holder's ISID, which reinstates its
  * nexus (the target aborts what the dead session still had), and CLEARs
  * the reservation as the holder; then the LUN is reserved as usual.
- * 0 when cleared so, -1 when this does not apply or failed. */
+ * Only while st->holder still holds it: another gateway of this host
+ * that took the dead one's LUN back meanwhile holds it from a nexus of
+ * the same name, and logging in with its ISID would reinstate its live
+ * session.  The key comes in the same reply as the port.  0 when cleared
+ * so, -1 when this does not apply or failed (msg says why when the
+ * holder changed). */
 static int
 clear_as_holder (struct lg_reserve *r, const struct lg_pr_state *st, char *msg,
                  size_t len)
 {
   struct lg_lun_io io = { pool_task, r->p, lg_pool_target (r->p) };
   const struct lg_login *l = lg_session_login (lg_pool_session (r->p, 0));
-  char name[256], why[256];
+  const char *nap = lg_test_hook ("LUNGATE_TEST_TAKEOVER_NAP_MS");
+  long ms = nap ? strtol (nap, NULL, 10) : 0;
+  char name[256], why[256], who[160];
   uint8_t isid[6];
+  uint64_t key;
 
-  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, why, sizeof why)
+  if (ms > 0 && ms <= 60000) {
+    lg_warn ("%s: test hook: %ld ms before clearing it as the holder's nexus",
+             r->name, ms);
+    nanosleep (&(struct timespec){ ms / 1000, (ms % 1000) * 1000000L }, NULL);
+  }
+  if (lg_pr_holder_port (&io, r->lun, name, sizeof name, isid, &key, why,
+                         sizeof why)
           < 0
       || strcasecmp (name, l->initiator_name) != 0 || isid[0] != 0x80)
     return -1;
+  if (key != st->holder) {
+    lg_pr_describe_key (key, who, sizeof who);
+    snprintf (msg, len,
+              "it changed hands meanwhile: %s holds it now (reservation key "
+              "0x%016" PRIx64 ")",
+              who, key);
+    return -1;
+  }
   return clear_on_nexus (r, isid, st->holder, msg, len);
 }
 

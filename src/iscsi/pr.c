@@ -303,7 +303,7 @@ parse_iscsi_tid (const uint8_t *t, size_t n, char *name, size_t namelen,
 
 int
 lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name, size_t namelen,
-                         uint8_t isid[6])
+                         uint8_t isid[6], uint64_t *key)
 {
   size_t add, off;
 
@@ -317,8 +317,10 @@ lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name, size_t namelen,
 
     if (tlen > n - off - 24)
       return -1;
-    if (d[off + 12] & 0x01) /* R_HOLDER */
+    if (d[off + 12] & 0x01) { /* R_HOLDER */
+      *key = lg_be64 (d + off);
       return parse_iscsi_tid (d + off + 24, tlen, name, namelen, isid);
+    }
     off += 24 + tlen;
   }
   return -1;
@@ -326,7 +328,8 @@ lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name, size_t namelen,
 
 int
 lg_pr_holder_port (const struct lg_lun_io *io, int lun, char *name,
-                   size_t namelen, uint8_t isid[6], char *msg, size_t len)
+                   size_t namelen, uint8_t isid[6], uint64_t *key, char *msg,
+                   size_t len)
 {
   uint8_t buf[4096];
   size_t got = 0;
@@ -335,7 +338,7 @@ lg_pr_holder_port (const struct lg_lun_io *io, int lun, char *name,
              len)
       < 0)
     return -1;
-  if (lg_pr_parse_holder_port (buf, got, name, namelen, isid) < 0) {
+  if (lg_pr_parse_holder_port (buf, got, name, namelen, isid, key) < 0) {
     snprintf (msg, len, "READ FULL STATUS names no iSCSI port holding it");
     errno = ENOENT;
     return -1;

@@ -79,14 +79,16 @@ int lg_pr_read (const struct lg_lun_io *io, int lun, struct lg_pr_state *st,
                 char *msg, size_t len);
 
 /* The initiator port that holds lun's reservation, from READ FULL
- * STATUS: its iSCSI name, and its ISID when the target gave one (isid
- * all zero otherwise).  0, or -1 with errno (ENOENT: nobody holds it or
- * the holder is no iSCSI port) and msg. */
+ * STATUS: its iSCSI name, its ISID when the target gave one (isid all
+ * zero otherwise) and the key it holds with (the same reply: no other
+ * holder can come between the two).  0, or -1 with errno (ENOENT: nobody
+ * holds it or the holder is no iSCSI port) and msg. */
 int lg_pr_holder_port (const struct lg_lun_io *io, int lun, char *name,
-                       size_t namelen, uint8_t isid[6], char *msg, size_t len);
+                       size_t namelen, uint8_t isid[6], uint64_t *key,
+                       char *msg, size_t len);
 /* The same from a READ FULL STATUS reply of n bytes (fuzzed, tested). */
 int lg_pr_parse_holder_port (const uint8_t *d, size_t n, char *name,
-                             size_t namelen, uint8_t isid[6]);
+                             size_t namelen, uint8_t isid[6], uint64_t *key);
 
 /* PERSISTENT RESERVE OUT on one nexus (io's session): 0, or -1 with
  * errno (EPERM for RESERVATION CONFLICT; ENOTSUP when refused with NOT

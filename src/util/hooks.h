@@ -9,6 +9,10 @@
  *   LUNGATE_TEST_NAP_MS        the session loop's nap
  *   LUNGATE_TEST_OPEN_NAP_MS   a wait between a volume's header read and
  *                              the crypt layer's open (dev/stack.c)
+ *   LUNGATE_TEST_TAKEOVER_NAP_MS  a wait before a dead holder's LUN is
+ *                              cleared as its own nexus (dev/reserve.c)
+ *   LUNGATE_TEST_RA_AGE_MS     how long read-ahead data is served before
+ *                              it is dropped as stale (dev/ra.c)
  *   LUNGATE_BENCH_NO_BARRIERS  the crypt layer's writes unordered
  *   LUNGATE_NO_RELAY           libiscsi on the socket, unchecked
  *   LUNGATE_TEST_WRITE_BEHIND  write-behind of this size where the front

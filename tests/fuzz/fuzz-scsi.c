@@ -148,9 +148,11 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   {
     char name[256];
     uint8_t isid[6];
+    uint64_t key;
 
     /* READ FULL STATUS: the holder's port, NUL-terminated within name. */
-    if (lg_pr_holder_port (&io, 1, name, sizeof name, isid, err, sizeof err)
+    if (lg_pr_holder_port (&io, 1, name, sizeof name, isid, &key, err,
+                           sizeof err)
             == 0
         && (name[0] == '\0' || strlen (name) >= sizeof name))
       abort ();

@@ -140,6 +140,7 @@ Test (pr, holder_port)
   static const char other[] = "iqn.2026-12.org.other:x,i,0x80aabbccddee";
   static const char mine[] = "iqn.2026-11.org.lungate:host,i,0x8012345678ab";
   uint8_t d[512], isid[6];
+  uint64_t key = 0;
   char name[256];
   size_t off = 8;
 
@@ -161,19 +162,23 @@ Test (pr, holder_port)
   be32 (d + off + 20, 52);
   off += 24 + 52;
   be32 (d + 4, (uint32_t) (off - 8));
-  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), 0);
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid, &key),
+                0);
+  cr_assert_eq (key, 0x2222);
   cr_assert_str_eq (name, "iqn.2026-11.org.lungate:host");
   cr_assert_eq (isid[0], 0x80);
   cr_assert_eq (isid[5], 0xab);
   cr_assert_eq (isid[2], 0x34);
   /* Cut inside the holder's TransportID: refused, nothing read past. */
-  cr_assert_eq (lg_pr_parse_holder_port (d, off - 10, name, sizeof name, isid),
-                -1);
+  cr_assert_eq (
+      lg_pr_parse_holder_port (d, off - 10, name, sizeof name, isid, &key), -1);
   /* A TransportID length beyond the reply. */
   be32 (d + 8 + 24 + 48 + 20, 4000);
-  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), -1);
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid, &key),
+                -1);
   /* Not iSCSI (protocol 0x1: Fibre Channel). */
   be32 (d + 8 + 24 + 48 + 20, 52);
   d[8 + 24 + 48 + 24] = 0x01;
-  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid), -1);
+  cr_assert_eq (lg_pr_parse_holder_port (d, off, name, sizeof name, isid, &key),
+                -1);
 }
