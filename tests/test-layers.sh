@@ -5,7 +5,8 @@
 # only through the constructor (dev/open.h) and the block-device
 # interface (dev/dev.h), never by including the pool, the sessions, the
 # iSCSI device or the reservations itself; and no function of the
-# library or the plugins grows past 120 lines (issue 28).
+# library or the plugins grows past 120 lines (issue 28); and every
+# test sources the suite's functions.
 . "${srcdir:-.}/functions.sh"
 top=${top_srcdir:-..}
 bad=()
@@ -31,4 +32,12 @@ if [ -n "$long" ]; then
   printf '%s\n' "$long" >&2
   fail "functions over 120 lines"
 fi
+# Every test sources the suite's functions: one that did not ran its
+# "fail" as a missing command and said ok (test-lazy-failed-writes did,
+# from the day it was written).
+unsourced=()
+for t in "$top"/tests/test-*.sh; do
+  grep -qE '^\. "\$\{srcdir:-\.\}/functions[a-z-]*\.sh"' "$t" || unsourced+=("${t#"$top"/}")
+done
+[ "${#unsourced[@]}" -eq 0 ] || fail "tests that do not source tests/functions*.sh: ${unsourced[*]}"
 echo "test-layers: ok"

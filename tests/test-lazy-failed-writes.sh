@@ -6,6 +6,7 @@
 # verify passes once the target is well again.  (Found by a hostile
 # review: the second failed write overwrote the empty slot that stood for
 # "never written", and the unit read as EIO.)
+. "${srcdir:-.}/functions-fault.sh"
 require_lungate_plugin
 require_nbd_python
 fault_tgt_start
