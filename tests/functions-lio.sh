@@ -129,7 +129,7 @@ lio_start ()
   # The namespace is the test's own: a port is taken only if qemu
   # itself failed to bind it, which says so.
   while :; do
-    port=$(_tgt_pick_port)
+    _tgt_pick_port port || fail "lio_start: no port"
     _lio_launch "$port" && break
     tries=$((tries + 1))
     if [ "$tries" -ge 5 ] \

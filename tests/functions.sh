@@ -399,26 +399,44 @@ _tgtadm_nj ()
   tgtadm_ "$@"
 }
 
-# _tgt_pick_port: print a port that nothing listens on, below the
-# ephemeral range so that it cannot be taken by an outgoing connection.
+# _tgt_pick_port VAR: set VAR to a port that nothing listens on, below
+# the ephemeral range so that it cannot be taken by an outgoing
+# connection, and keep it from the other tests of this machine for as
+# long as this shell (or a process it started) lives: a lock on
+# /tmp/lungate-ports/PORT, on a descriptor this shell keeps open.
+# Without it a test whose target was down for a while
+# (test-mount-signals: 15 s) found its port taken by another test's tgtd
+# and could not restart its own.  Call it in the test's own shell, not
+# in $(...).
 _tgt_pick_port ()
 {
-  local lo=20000 hi=32000 eph_lo p i
+  local lo=20000 hi=32000 eph_lo p i fd dir=/tmp/lungate-ports
   eph_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
   if [ -n "$eph_lo" ] && [ "$eph_lo" -gt 11000 ] \
      && [ "$eph_lo" -le "$hi" ]; then
     hi=$eph_lo
     lo=$((eph_lo - 10000))
   fi
-  for i in 1 2 3 4 5 6 7 8 9 10; do
+  # LG_TEST_PORT_RANGE="LO HI": from LO to HI-1 (test-port-pick).
+  [ -n "${LG_TEST_PORT_RANGE:-}" ] && read -r lo hi <<<"$LG_TEST_PORT_RANGE"
+  [ -d "$dir" ] || mkdir -m 1777 "$dir" 2>/dev/null || true
+  for i in $(seq 200); do
     p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo)))
-    if command -v ss >/dev/null 2>&1; then
-      [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ] && break
-    else
-      break
+    if command -v ss >/dev/null 2>&1 \
+       && [ -n "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
+      continue
     fi
+    # Held by another test: another port.  Where no lock can be made
+    # (another user's file), the port is used unlocked.
+    if { exec {fd}>>"$dir/$p"; } 2>/dev/null && ! flock -n "$fd"; then
+      exec {fd}>&-
+      continue
+    fi
+    printf -v "$1" '%s' "$p"
+    return 0
   done
-  printf '%s\n' "$p"
+  echo "_tgt_pick_port: no free port from $lo to $((hi - 1))" >&2
+  return 1
 }
 
 # _tgt_launch PORT: start tgtd on 127.0.0.1:PORT and wait until it serves
@@ -515,7 +533,7 @@ tgt_start ()
   fi
   _tgt_start_watchdog
   while :; do
-    port=${1:-$(_tgt_pick_port)}
+    if [ -n "${1:-}" ]; then port=$1; else _tgt_pick_port port || fail "tgt_start: no port"; fi
     _tgt_launch "$port" && break
     tries=$((tries + 1))
     if [ -n "${1:-}" ] || [ "$tries" -ge 20 ]; then
@@ -570,6 +588,8 @@ tgt_restart ()
     n=$((n + 1))
     if [ "$n" -ge 20 ]; then
       tail -n 20 "$TGT_DIR/tgtd.log" | sed 's/^/tgtd.log: /' >&2
+      echo "who holds 127.0.0.1:$TGT_PORT now:" >&2
+      ss -Htanp "sport = :$TGT_PORT" >&2 2>/dev/null || true
       fail "tgt_restart: cannot start tgtd on 127.0.0.1:$TGT_PORT again"
     fi
     sleep 0.5
@@ -634,7 +654,7 @@ fault_proxy_start ()
 {
   local opt=() pid
   [ "$1" = hold ] && opt=(--hold "$TGT_DIR/hold")
-  FAULT_PORT=$(_tgt_pick_port)
+  _tgt_pick_port FAULT_PORT || fail "fault_proxy_start: no port"
   : >"$TGT_DIR/proxy.rules"; : >"$TGT_DIR/proxy.log"
   python3 "${srcdir:-.}/tools/fault-proxy.py" --listen "$FAULT_PORT" \
     --target "$TGT_PORTAL" --rules "$TGT_DIR/proxy.rules" \

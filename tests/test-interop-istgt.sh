@@ -11,8 +11,9 @@ require_nbd_python
 require istgt nbdcopy fusermount3 fuse2fs mkfs.ext4 e2fsck mountpoint python3
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 dir=$(mktemp -d "$(_lg_tmproot)/lungate-istgt.XXXXXX") || fail "mktemp"
-port=$(_tgt_pick_port)
-ucport=$(_tgt_pick_port)
+port='' ucport=''
+_tgt_pick_port port || fail "no port"
+_tgt_pick_port ucport || fail "no port"
 base=iqn.2026-11.org.lungate.istgt
 cat >"$dir/istgt.conf" <<CONF
 [Global]
