@@ -11,9 +11,10 @@
 # is meant to lose a write from the target's cache: CI run s44fin-b
 # failed without, "the flush after the second power cut succeeded"):
 # test-crypt-crash accepts the loss of what was acknowledged since the
-# last flush (never anything else), and fault-stall.py waits for the
+# last flush (never anything else), fault-stall.py waits for the
 # buffered write's stall after its acknowledgement and takes its failure
-# from the next flush.  The tests run at once (each has its own target).
+# from the next flush, and test-nbd-outage takes a write's failure from
+# the flush after it.  The tests run at once (each has its own target).
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require_test_hooks
@@ -39,7 +40,7 @@ tgt_stop
 
 tests=(test-cache-cut test-crash-takeover test-crypt-crash test-fault-stall
        test-fault-stall-mount test-mount-stop-slow test-stop-stuck-write
-       test-umount-stall)
+       test-umount-stall test-nbd-outage test-owner test-target-full)
 declare -A pid
 for t in "${tests[@]}"; do
   bash "${srcdir:-.}/$t.sh" >"$TGT_DIR/$t.log" 2>&1 &

@@ -4,7 +4,8 @@
 # file on a 4 MiB tmpfs, a 64 MiB LUN, 8 MiB written through the mount.
 # The write fails (EIO), and the log says what happened in words: the
 # sense key by name and that the target could not write its disk.
-# (Before: "sense unknown (0x3)".)
+# (Before: "sense unknown (0x3)".)  With write-behind (test-faults-wb)
+# the writes are acknowledged and dd's fsync fails.
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require fusermount3 mountpoint
@@ -27,7 +28,7 @@ on_exit fusermount3 -u -z "$mnt"
 with_timeout 60 "$LUNGATE" mount -o direct_io --io-timeout 5 --log "$log" \
   "iscsi://$TGT_PORTAL/$iqn/1" "$mnt" || fail "mount"
 if with_timeout 120 dd if=/dev/urandom of="$mnt/lun1" bs=1M count=8 \
-  oflag=direct conv=notrunc 2>"$TGT_DIR/dd.err"; then
+  oflag=direct conv=notrunc,fsync 2>"$TGT_DIR/dd.err"; then
   fail "8 MiB written to a LUN whose disk holds 4 MiB"
 fi
 grep -q "Input/output error\|No space left" "$TGT_DIR/dd.err" || { cat "$TGT_DIR/dd.err"; fail "dd: no EIO"; }

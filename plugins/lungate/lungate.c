@@ -1013,7 +1013,7 @@ durable (struct handle *h, int r, bool claims)
                   "failed: the log says which; reported to another client "
                   "first): write them again",
                   h->dev->name);
-    errno = EIO;
+    errno = lg_dev_loss_errno (h->dev);
     return -1;
   }
   return r;

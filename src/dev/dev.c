@@ -331,7 +331,7 @@ lg_dev_flush (struct lg_dev *d)
       lg_error ("%s: the flush fails: writes acknowledged before it were "
                 "lost (the log above names them)",
                 d->name);
-      errno = EIO;
+      errno = lg_dev_loss_errno (d);
       r = -1;
     }
   }
@@ -567,6 +567,12 @@ uint64_t
 lg_dev_wb_failures (const struct lg_dev *d)
 {
   return d->wb ? lg_wb_failures (d->wb) : 0;
+}
+
+int
+lg_dev_loss_errno (const struct lg_dev *d)
+{
+  return d->wb ? lg_wb_failed_errno (d->wb) : EIO;
 }
 
 uint64_t

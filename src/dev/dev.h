@@ -336,6 +336,10 @@ int lg_dev_write_behind (struct lg_dev *d, size_t max);
 /* Buffered writes that failed (counted in lg_dev_losses too): a front end
  * tells a client that opens later of those nobody was told of. */
 uint64_t lg_dev_wb_failures (const struct lg_dev *d);
+/* The errno for a flush that reports possible losses: EPERM when the last
+ * buffered write that failed was refused so (another gateway took the
+ * LUN or the volume), else EIO. */
+int lg_dev_loss_errno (const struct lg_dev *d);
 
 /* Microseconds on the monotonic clock. */
 uint64_t lg_dev_now_us (void);

@@ -48,11 +48,17 @@ struct lg_wb {
    * device is stopping: what is buffered fails at once, counted, and new
    * writes are written through, until the buffer is empty. */
   bool failing;
+  /* A buffered write was refused with EPERM (another gateway took the
+   * LUN or the volume): every write from then on is written through, so
+   * that its own EPERM is the client's at once. */
+  bool through;
   uint64_t quiet_n, quiet_bytes, quiet_lo, quiet_hi;
   pthread_t th[WB_WORKERS];
   unsigned nth;
   bool stopping;
   atomic_uint_fast64_t writes, wbytes, waits, failures;
+  /* The errno of the last buffered write that failed (lg_wb_failed_errno). */
+  atomic_int last_err;
 };
 
 static void *worker (void *arg);
@@ -207,7 +213,7 @@ lg_wb_write (struct lg_wb *wb, const void *buf, size_t count, uint64_t off,
     wb->room_waiter = false;
     pthread_cond_broadcast (&wb->done); /* the room it kept is free */
   }
-  if (wb->failing) {
+  if (wb->failing || wb->through) {
     /* Written through: its own error is the client's at once. */
     pthread_mutex_unlock (&wb->lock);
     free (e);
@@ -396,9 +402,11 @@ say_quiet (struct lg_wb *wb)
 /* Writes batch (n writes that follow each other), in one command when
  * memory allows.  Returns whether the rest should fail at once: the
  * target gave no answer (a command timed out and was aborted, or the
- * connection was lost, while it ran) or the device is closing.  An
- * answer that is an error (a bad sector, a full thin LUN), however slow,
- * fails that write only. */
+ * connection was lost, while it ran), the device is closing, or this
+ * gateway may no longer write it (EPERM: another took the LUN or the
+ * volume; the writes after it would fail the same).  An answer that is
+ * an error (a bad sector, a full thin LUN), however slow, fails that
+ * write only. */
 static bool
 write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
 {
@@ -433,6 +441,7 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
     lg_ra_drop (d->ra, len, off);
   if (r == 0)
     return false;
+  atomic_store (&wb->last_err, err ? err : EIO);
   atomic_fetch_add (&wb->failures, 1);
   lg_error ("%s: writes acknowledged before they reached the device "
             "(write-behind) failed, bytes %" PRIu64 "-%" PRIu64
@@ -440,7 +449,7 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
             "each client fails",
             d->name, off, off + len - 1, strerror (err ? err : EIO));
   lg_dev_transport (d, &t1);
-  return err == ESHUTDOWN || t1.timeouts != t0.timeouts
+  return err == ESHUTDOWN || err == EPERM || t1.timeouts != t0.timeouts
       || t1.reconnects != t0.reconnects;
 }
 
@@ -472,6 +481,8 @@ worker (void *arg)
       pthread_mutex_lock (&wb->lock);
       if (failed)
         wb->failing = true;
+      if (failed && atomic_load (&wb->last_err) == EPERM)
+        wb->through = true;
     }
     for (unsigned i = 0; i < n; i++) {
       unlink_entry (wb, batch[i]);
@@ -490,6 +501,12 @@ uint64_t
 lg_wb_failures (const struct lg_wb *wb)
 {
   return atomic_load (&wb->failures);
+}
+
+int
+lg_wb_failed_errno (struct lg_wb *wb)
+{
+  return atomic_load (&wb->last_err) == EPERM ? EPERM : EIO;
 }
 
 void

@@ -736,7 +736,7 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
                 "(the target may have restarted, or a buffered write "
                 "failed: the log says which)",
                 nd->dev->name);
-      fuse_reply_err (req, EIO);
+      fuse_reply_err (req, lg_dev_loss_errno (nd->dev));
       return;
     }
   }
