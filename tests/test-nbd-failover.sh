@@ -23,8 +23,15 @@ gw=$!
 on_exit nbd_stop "$gw"
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$log" >&2; fail "the gateway did not start"; }
+# The plugin logs in after nbdkit made the socket (after_fork): wait for
+# its sessions.  (CI run s45a, beside another and a CPU hog, looked once,
+# at once, and failed.)
+for _ in $(seq 300); do
+  [ "$(ss -Htn state established "dst 127.0.0.2:$TGT_PORT" | wc -l)" -ge 2 ] && break
+  sleep 0.1
+done
 ss -tn state established "dst 127.0.0.2:$TGT_PORT" | grep -q 127.0.0.2 \
-  || fail "the gateway did not use the first portal"
+  || { cat "$log" >&2; fail "the gateway did not use the first portal"; }
 
 timeout 120 fio --name=failover --ioengine=nbd --uri="nbd+unix:///?socket=$sock" \
   --rw=randwrite --bs=4k --iodepth=16 --size=24m --rate_iops=2500 \
