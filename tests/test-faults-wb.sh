@@ -13,8 +13,10 @@
 # test-crypt-crash accepts the loss of what was acknowledged since the
 # last flush (never anything else), fault-stall.py waits for the
 # buffered write's stall after its acknowledgement and takes its failure
-# from the next flush, and test-nbd-outage takes a write's failure from
-# the flush after it.  The tests run at once (each has its own target).
+# from the next flush, test-nbd-outage takes a write's failure from the
+# flush after it, test-reserve a preempted gateway's EPERM from the flush
+# after its burst, and test-mount-signals waits for a detached mount's
+# exit (not its file's close) before it looks at the LUN.  The tests run at once (each has its own target).
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require_test_hooks
@@ -40,7 +42,8 @@ tgt_stop
 
 tests=(test-cache-cut test-crash-takeover test-crypt-crash test-fault-stall
        test-fault-stall-mount test-mount-stop-slow test-stop-stuck-write
-       test-umount-stall test-nbd-outage test-owner test-target-full)
+       test-umount-stall test-nbd-outage test-owner test-target-full
+       test-reserve test-mount-signals)
 declare -A pid
 for t in "${tests[@]}"; do
   bash "${srcdir:-.}/$t.sh" >"$TGT_DIR/$t.log" 2>&1 &
