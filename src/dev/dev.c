@@ -83,6 +83,10 @@ tally (struct lg_dev *d, enum lg_dev_op op, uint64_t bytes, uint64_t start_us,
   if (err) {
     atomic_fetch_add_explicit (&st->errors[errno_slot (err)], 1,
                                memory_order_relaxed);
+    /* The device is gone (or closing): no write is acknowledged before
+     * it reaches it any more. */
+    if (err == ESHUTDOWN && d->wb)
+      lg_wb_through (d->wb);
     return;
   }
   atomic_fetch_add_explicit (&st->ops[op], 1, memory_order_relaxed);
@@ -280,8 +284,11 @@ lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   t0 = lg_dev_now_us ();
   changing (d, count, off);
   /* Buffered: its worker drops what was read ahead over it again once it
-   * is written. */
-  if (d->wb && lg_wb_write (d->wb, buf, count, off, flags) == 1)
+   * is written.  Only while the device is, as far as it knows, the one
+   * opened: a LUN found gone or replaced fails the write at once, as
+   * without write-behind (lg_dev_revalidate is cheap otherwise). */
+  if (d->wb && lg_dev_revalidate (d) == 0
+      && lg_wb_write (d->wb, buf, count, off, flags) == 1)
     return account (d, LG_OP_WRITE, count, t0, 0);
   return account (
       d, LG_OP_WRITE, count, t0,

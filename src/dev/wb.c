@@ -49,8 +49,11 @@ struct lg_wb {
    * writes are written through, until the buffer is empty. */
   bool failing;
   /* A buffered write was refused with EPERM (another gateway took the
-   * LUN or the volume): every write from then on is written through, so
-   * that its own EPERM is the client's at once. */
+   * LUN or the volume), or a request found the device gone (ESHUTDOWN,
+   * lg_wb_through): every write from then on is written through, so
+   * that its own error is the client's at once.  For good: this device
+   * is not written again (a LUN that comes back after ESHUTDOWN is
+   * written through, slower, not wrongly). */
   bool through;
   uint64_t quiet_n, quiet_bytes, quiet_lo, quiet_hi;
   pthread_t th[WB_WORKERS];
@@ -481,7 +484,9 @@ worker (void *arg)
       pthread_mutex_lock (&wb->lock);
       if (failed)
         wb->failing = true;
-      if (failed && atomic_load (&wb->last_err) == EPERM)
+      if (failed
+          && (atomic_load (&wb->last_err) == EPERM
+              || atomic_load (&wb->last_err) == ESHUTDOWN))
         wb->through = true;
     }
     for (unsigned i = 0; i < n; i++) {
@@ -501,6 +506,14 @@ uint64_t
 lg_wb_failures (const struct lg_wb *wb)
 {
   return atomic_load (&wb->failures);
+}
+
+void
+lg_wb_through (struct lg_wb *wb)
+{
+  pthread_mutex_lock (&wb->lock);
+  wb->through = true;
+  pthread_mutex_unlock (&wb->lock);
 }
 
 int

@@ -89,6 +89,9 @@ bool lg_wb_overlaps (struct lg_wb *wb, uint64_t count, uint64_t off);
 void lg_wb_drain (struct lg_wb *wb);
 /* Buffered writes that failed, in all. */
 uint64_t lg_wb_failures (const struct lg_wb *wb);
+/* From now on every write is written through (the device was found
+ * gone: a write must fail at once, not be acknowledged). */
+void lg_wb_through (struct lg_wb *wb);
 /* What a flush that reports them fails with: EPERM when the last one
  * failed so (this gateway may no longer write the device), else EIO. */
 int lg_wb_failed_errno (struct lg_wb *wb);
