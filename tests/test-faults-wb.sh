@@ -16,7 +16,8 @@
 # from the next flush, test-nbd-outage takes a write's failure from the
 # flush after it, test-reserve a preempted gateway's EPERM from the flush
 # after its burst, and test-mount-signals waits for a detached mount's
-# exit (not its file's close) before it looks at the LUN.  The tests run at once (each has its own target).
+# exit (not its file's close) before it looks at the LUN; test-stats
+# accepts its first writes joined.  The tests run at once (each has its own target).
 . "${srcdir:-.}/functions.sh"
 require_lungate
 require_test_hooks
@@ -43,7 +44,8 @@ tgt_stop
 tests=(test-cache-cut test-crash-takeover test-crypt-crash test-fault-stall
        test-fault-stall-mount test-mount-stop-slow test-stop-stuck-write
        test-umount-stall test-nbd-outage test-owner test-target-full
-       test-reserve test-mount-signals)
+       test-reserve test-mount-signals test-nbd-errors test-mount-tree
+       test-mount-resize test-stats)
 declare -A pid
 for t in "${tests[@]}"; do
   bash "${srcdir:-.}/$t.sh" >"$TGT_DIR/$t.log" 2>&1 &

@@ -20,7 +20,7 @@ for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
 mountpoint -q "$mnt" || { cat "$log"; fail "mount"; }
 [ "$(stat -c %s "$mnt/lun1")" = 16777216 ] || fail "size before"
 head -c 1M /dev/urandom >"$TGT_DIR/data"
-dd if="$TGT_DIR/data" of="$mnt/lun1" bs=64k oflag=direct conv=notrunc status=none \
+dd if="$TGT_DIR/data" of="$mnt/lun1" bs=64k oflag=direct conv=notrunc,fsync status=none \
   || fail "write before"
 
 # Resized: the same backing file, larger, behind the same LUN number.
@@ -37,7 +37,7 @@ done
 [ "$size" = 33554432 ] || { cat "$log"; fail "the file still shows $size bytes after the resize"; }
 grep -q "capacity changed from 16777216 to 33554432" "$log" || { cat "$log"; fail "no log line for the resize"; }
 cmp -n 1048576 "$TGT_DIR/data" "$mnt/lun1" || fail "data after the resize"
-dd if=/dev/zero of="$mnt/lun1" bs=64k seek=400 count=1 oflag=direct conv=notrunc status=none \
+dd if=/dev/zero of="$mnt/lun1" bs=64k seek=400 count=1 oflag=direct conv=notrunc,fsync status=none \
   || fail "write past the old end"
 
 # Replaced: another disk (4096-byte blocks) behind the same LUN number.
