@@ -426,10 +426,12 @@ _tgt_pick_port ()
        && [ -n "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
       continue
     fi
-    # Held by another test: another port.  Where no lock can be made
-    # (another user's file), the port is used unlocked.
-    if { exec {fd}>>"$dir/$p"; } 2>/dev/null && ! flock -n "$fd"; then
-      exec {fd}>&-
+    # Held by another test: another port.  The lock file is opened to
+    # read (flock needs no more), so that another user's file is locked
+    # and respected too; where none can be made or opened, unlocked.
+    : 2>/dev/null >>"$dir/$p"
+    if { exec {fd}<"$dir/$p"; } 2>/dev/null && ! flock -n "$fd"; then
+      exec {fd}<&-
       continue
     fi
     printf -v "$1" '%s' "$p"

@@ -65,8 +65,14 @@ rc=0
 with_timeout 60 "$LUNGATE" umount "$m" >"$TGT_DIR/umount.out" 2>&1 || rc=$?
 wait "$sp"
 kill -CONT "$TGT_PID"
+# The signal is meant to come during the final flush; on a loaded
+# machine the daemon may not have seen the unmount yet, and takes it for
+# the stop's first signal (then the final flush waits the stop's budget
+# and fails): either way the unmount fails, saying so.  (CI run s45d's
+# test-faults-wb, load average 19: only the second happened.)
 if [ "$rc" -ne 1 ] || ! grep -q "could not be written back or flushed" "$TGT_DIR/umount.out" \
-   || ! grep -q "during the final flush: no longer waiting" "$TGT_DIR/mount-sig.log"; then
+   || ! grep -Eq "during the final flush: no longer waiting|signalled \(SIGTERM\): writing back" \
+        "$TGT_DIR/mount-sig.log"; then
   cat "$TGT_DIR/umount.out" "$TGT_DIR/mount-sig.log"
   fail "a signal during the final flush: exit $rc, or no report of it"
 fi

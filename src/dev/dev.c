@@ -284,11 +284,8 @@ lg_dev_pwrite (struct lg_dev *d, const void *buf, size_t count, uint64_t off,
   t0 = lg_dev_now_us ();
   changing (d, count, off);
   /* Buffered: its worker drops what was read ahead over it again once it
-   * is written.  Only while the device is, as far as it knows, the one
-   * opened: a LUN found gone or replaced fails the write at once, as
-   * without write-behind (lg_dev_revalidate is cheap otherwise). */
-  if (d->wb && lg_dev_revalidate (d) == 0
-      && lg_wb_write (d->wb, buf, count, off, flags) == 1)
+   * is written.  (Not once the device was found gone: lg_wb_through.) */
+  if (d->wb && lg_wb_write (d->wb, buf, count, off, flags) == 1)
     return account (d, LG_OP_WRITE, count, t0, 0);
   return account (
       d, LG_OP_WRITE, count, t0,
@@ -574,6 +571,13 @@ uint64_t
 lg_dev_wb_failures (const struct lg_dev *d)
 {
   return d->wb ? lg_wb_failures (d->wb) : 0;
+}
+
+void
+lg_dev_drain (struct lg_dev *d)
+{
+  if (d->wb)
+    lg_wb_drain (d->wb);
 }
 
 int

@@ -333,6 +333,10 @@ int lg_dev_read_ahead (struct lg_dev *d, size_t max);
 #define LG_WRITE_BEHIND_MIN (256u << 10) /* what the front ends accept */
 #define LG_WRITE_BEHIND_MAX (1u << 30)
 int lg_dev_write_behind (struct lg_dev *d, size_t max);
+/* Waits until every write buffered (write-behind) before the call is
+ * written, or has failed (then counted in lg_dev_losses, for the next
+ * flush to report); no cache flush.  Nothing without write-behind. */
+void lg_dev_drain (struct lg_dev *d);
 /* Buffered writes that failed (counted in lg_dev_losses too): a front end
  * tells a client that opens later of those nobody was told of. */
 uint64_t lg_dev_wb_failures (const struct lg_dev *d);

@@ -736,18 +736,29 @@ fs_fsync (fuse_req_t req, fuse_ino_t ino, int datasync,
                 "(the target may have restarted, or a buffered write "
                 "failed: the log says which)",
                 nd->dev->name);
-      fuse_reply_err (req, lg_dev_loss_errno (nd->dev));
+      fuse_reply_err (req, file_errno (lg_dev_loss_errno (nd->dev)));
       return;
     }
   }
   fuse_reply_err (req, 0);
 }
 
+/* A close (of each descriptor).  With write-behind, what the file wrote
+ * may wait in the buffer: the close waits until it is written (not for
+ * the target's cache: fsync's), within this request and the mount's own
+ * outage budget, as a close without write-behind waits for the kernel's
+ * write-back.  Otherwise the last close of a lazily unmounted mount ends
+ * the session, and the stop's shorter budget would apply to what is
+ * still buffered.  A failed write is reported as without write-behind:
+ * at the next fsync, or the unmount. */
 static void
 fs_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-  (void) ino;
+  struct node *nd = node_of (ino);
+
   (void) fi;
+  if (nd->dev && !nd->dev->read_only)
+    lg_dev_drain (nd->dev);
   fuse_reply_err (req, 0);
 }
 

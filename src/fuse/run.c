@@ -157,25 +157,6 @@ sync_files (struct lg_fs *fs, int dfd)
   }
 }
 
-/* The session of a detached mount ended with the last close of a file
- * (wait_reachable): what that close wrote back may still be in a
- * write-behind buffer.  Flushed here with the mount's own outage
- * budget, before the shorter one of a stop applies (stop_once): the
- * close had it without write-behind.  Once (it clears detached); a
- * failure is the unmount's to count (stop_failed). */
-static void
-flush_detached (struct lg_fs *fs)
-{
-  if (!atomic_exchange (&fs->detached, false) || fs->o.read_only)
-    return;
-  for (int i = 0; i < fs->n; i++)
-    if (fs->nodes[i].dev && lg_dev_flush (fs->nodes[i].dev) < 0) {
-      lg_error ("%s: writing back what the last close left buffered: %m",
-                fs->nodes[i].dev->name);
-      atomic_store (&fs->nodes[i].stop_failed, true);
-    }
-}
-
 /* ---- whether the path still reaches this mount ----
  *
  * Known for sure by a lookup of a name nobody else can guess
@@ -484,7 +465,6 @@ watch_exit (void *arg)
     unsigned char c;
 
     if (fuse_session_exited (fs->se)) {
-      flush_detached (fs);
       stop_once (fs, false);
       break;
     }
@@ -764,7 +744,6 @@ lg_fs_run (struct lg_fs *fs, const char *dir, int fuse_argc, char **fuse_argv,
   else
     fuse_remove_signal_handlers (se);
   fuse_loop_cfg_destroy (cfg);
-  flush_detached (fs);
   stop_once (fs, false);
   drain (fs);
   /* Stopped while the path did not reach our mount and its connection
