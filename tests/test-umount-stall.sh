@@ -27,7 +27,15 @@ on_exit cont
 # random bytes written and synced (SIZE 0: read the LUN instead).
 mount_write ()
 {
-  "$LUNGATE" mount --log "$TGT_DIR/mount-$1.log" "$url" "$m" || fail "mount"
+  if ! "$LUNGATE" mount --log "$TGT_DIR/mount-$1.log" "$url" "$m"; then
+    # What the gateways before it said at their end, and their runtime
+    # files (CI run s45g: refused as "in use by a gateway on this host"
+    # right after the previous step's daemon had exited).
+    tail -n 15 "$TGT_DIR"/mount-*.log >&2
+    ls -la "$XDG_RUNTIME_DIR/lungate" >&2 || true
+    "$LUNGATE" info "$url" >&2 || true
+    fail "mount"
+  fi
   if [ "$2" = 0 ]; then
     dd if="$m/lun1" of=/dev/null bs=1M status=none || fail "read"
   else

@@ -1103,6 +1103,7 @@ release (struct lg_reserve *r)
   int h = atomic_load (&r->holder);
   char msg[256], why[256];
   unsigned n;
+  int e;
 
   if ((n = unconfirmed (r)) > 0) {
     struct lg_pr_state st;
@@ -1126,7 +1127,8 @@ release (struct lg_reserve *r)
   }
   if (lg_pr_clear (&io, r->lun, r->key, msg, sizeof msg) == 0)
     return;
-  if (h >= 0 && errno != EPERM) {
+  e = errno;
+  if (h >= 0 && e != EPERM) {
     uint8_t isid[6];
 
     lg_session_isid (lg_pool_session (r->p, (unsigned) h), isid);
@@ -1134,7 +1136,16 @@ release (struct lg_reserve *r)
       return;
     lg_debug ("%s: %s", r->name, why);
   }
-  lg_warn ("%s: releasing the reservation: %s", r->name, msg);
+  lg_warn ("%s: releasing the reservation: %s%s", r->name, msg,
+           e == EPERM ? ""
+                      : ": the LUN may stay reserved to this gateway "
+                        "(the next of this host takes it back)");
+  /* Not known to be released (no answer, or the CLEAR never reached the
+   * target): the proof that this process ended is kept, so that the next
+   * gateway of this host takes the LUN back without --takeover, as
+   * after a kill -9.  (EPERM: it was not this gateway's any more.) */
+  if (e != EPERM)
+    lg_alive_keep ();
 }
 
 void

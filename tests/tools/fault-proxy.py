@@ -15,6 +15,9 @@ answers.  One rule a line, '#' comments, fields KEY=VALUE:
         the target executes the command; its SCSI Response (and any
         Data-In with status) is not delivered, and the connection is
         closed at once: an answer lost with the connection.
+  drop-command op=0x5f [sa=3] [lun=N] [count=N]
+        the initiator's command is not passed on (the target never sees
+        it), and the connection is closed at once.
   flip-datain op=0x12 [lba=N] [lun=N] [bit=N] [count=N]
         one bit (default 0) of the first Data-In segment answering the
         command is flipped on its way to the initiator (plain TCP has no
@@ -25,7 +28,7 @@ answers.  One rule a line, '#' comments, fields KEY=VALUE:
 count defaults to 1 (0: every time), counted by the line's number and
 text (a rule written anew on the same line fires anew).  skip=N lets the
 first N matching PDUs through before the rule fires.  With --hold FILE,
-a drop-response or cut that fires creates FILE, and new connections are
+a drop-response, drop-command or cut that fires creates FILE, and new connections are
 refused while it exists (the test changes the target meanwhile, then
 removes it).  Every rule that fires appends
 "fire LINE ACTION ITT" to the log file.
@@ -145,6 +148,12 @@ class Conn:
                     if self.a.verbose:
                         print("cmd 0x%08x lun %d cdb %s" % (itt, lun, p[32:48].hex()),
                               file=sys.stderr, flush=True)
+                    if any(r["action"] == "drop-command"
+                           and cdb_matches(r, p[32:48], lun)
+                           and take(r, self.a.log, itt)
+                           for r in load_rules(self.a.rules)):
+                        self.hold()
+                        break
                 self.t.sendall(p)
         except OSError:
             pass
