@@ -342,7 +342,8 @@ void lg_dev_drain (struct lg_dev *d);
 uint64_t lg_dev_wb_failures (const struct lg_dev *d);
 /* The errno for a flush that reports possible losses: EPERM when the last
  * buffered write that failed was refused so (another gateway took the
- * LUN or the volume), else EIO. */
+ * LUN or the volume), ENOSPC when the target had no room for it (a thin
+ * LUN), else EIO. */
 int lg_dev_loss_errno (const struct lg_dev *d);
 
 /* Microseconds on the monotonic clock. */

@@ -409,9 +409,9 @@ say_quiet (struct lg_wb *wb)
  * gateway may no longer write it (EPERM: another took the LUN or the
  * volume; the writes after it would fail the same).  An answer that is
  * an error (a bad sector, a full thin LUN), however slow, fails that
- * write only. */
+ * write only.  *failed is its errno, 0 when it succeeded. */
 static bool
-write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
+write_batch (struct lg_wb *wb, struct entry **batch, unsigned n, int *failed)
 {
   struct lg_dev *d = wb->d;
   struct lg_dev_transport t0, t1;
@@ -442,15 +442,17 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n)
   /* Read ahead over it while it ran: either version (ra.h). */
   if (d->ra)
     lg_ra_drop (d->ra, len, off);
+  *failed = 0;
   if (r == 0)
     return false;
-  atomic_store (&wb->last_err, err ? err : EIO);
+  *failed = err = err ? err : EIO;
+  atomic_store (&wb->last_err, err);
   atomic_fetch_add (&wb->failures, 1);
   lg_error ("%s: writes acknowledged before they reached the device "
             "(write-behind) failed, bytes %" PRIu64 "-%" PRIu64
             ": %s: those bytes may hold older data; the next flush of "
             "each client fails",
-            d->name, off, off + len - 1, strerror (err ? err : EIO));
+            d->name, off, off + len - 1, strerror (err));
   lg_dev_transport (d, &t1);
   return err == ESHUTDOWN || err == EPERM || t1.timeouts != t0.timeouts
       || t1.reconnects != t0.reconnects;
@@ -466,6 +468,7 @@ worker (void *arg)
   for (;;) {
     unsigned n = take (wb, batch);
     bool failed;
+    int err;
 
     if (n == 0) {
       if (wb->stopping)
@@ -480,13 +483,13 @@ worker (void *arg)
         fail_quietly (wb, batch[i]->off, batch[i]->count);
     else {
       pthread_mutex_unlock (&wb->lock);
-      failed = write_batch (wb, batch, n);
+      failed = write_batch (wb, batch, n, &err);
       pthread_mutex_lock (&wb->lock);
       if (failed)
         wb->failing = true;
-      if (failed
-          && (atomic_load (&wb->last_err) == EPERM
-              || atomic_load (&wb->last_err) == ESHUTDOWN))
+      /* This batch's own errno: another worker may have stored its own
+       * in last_err meanwhile. */
+      if (failed && (err == EPERM || err == ESHUTDOWN))
         wb->through = true;
     }
     for (unsigned i = 0; i < n; i++) {
@@ -519,7 +522,9 @@ lg_wb_through (struct lg_wb *wb)
 int
 lg_wb_failed_errno (struct lg_wb *wb)
 {
-  return atomic_load (&wb->last_err) == EPERM ? EPERM : EIO;
+  int err = atomic_load (&wb->last_err);
+
+  return err == EPERM || err == ENOSPC ? err : EIO;
 }
 
 void

@@ -93,7 +93,9 @@ uint64_t lg_wb_failures (const struct lg_wb *wb);
  * gone: a write must fail at once, not be acknowledged). */
 void lg_wb_through (struct lg_wb *wb);
 /* What a flush that reports them fails with: EPERM when the last one
- * failed so (this gateway may no longer write the device), else EIO. */
+ * failed so (this gateway may no longer write the device), ENOSPC when
+ * it did for want of space (a thin LUN out of it: what fsync says after
+ * a local disk's failed write-back), else EIO. */
 int lg_wb_failed_errno (struct lg_wb *wb);
 
 /* " wb_writes=... wb_bytes=... wb_depth_bytes=... wb_waits=...

@@ -88,6 +88,9 @@ MODES = {
     "ATTENTION, the retry never; the connection closed 3 s later",
     "unit-attention-once": "first command on each LUN of a connection "
     "answered UNIT ATTENTION (power on)",
+    "thin-full": "WRITE reaching the second half of a LUN: CHECK CONDITION "
+    "DATA PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT (27/07), as a "
+    "thin-provisioned LUN out of space answers (LIO)",
 }
 
 READ_OPS = (0x08, 0x28, 0x88, 0xA8)
@@ -1166,6 +1169,8 @@ def scsi_write(c, d, cdb, dout):
     check_range(lba, n)
     if len(dout) < n * d.bs:
         raise illegal()
+    if lba + n > d.nblocks // 2 and c.active("thin-full"):
+        raise Check(0x07, 0x27, 0x07)
     d.write(lba, dout[:n * d.bs])
     return None
 

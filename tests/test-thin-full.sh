@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# A thin-provisioned LUN out of space: LIO answers a write it cannot
+# allocate with DATA PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT
+# (tests/tools/hostile-target.py --mode thin-full, for the second half of
+# its LUN).  The program that writes sees ENOSPC ("No space left on
+# device"), as from a full local disk, not a bare EIO: from the write
+# itself when writing through, and from fsync or the NBD flush when the
+# write was acknowledged into the write-behind buffer, through the mount
+# and through the plugin.  (Before: write-behind turned it into EIO.)
+. "${srcdir:-.}/functions-nbd.sh"
+require_lungate_plugin
+require_nbd_python
+require python3 fusermount3
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+tool=${srcdir:-.}/tools/hostile-target.py
+d=$(scratch_dir)
+iqn=iqn.2026-01.test.lungate:hostile
+hpid=
+hostile_stop ()
+{
+  [ -n "$hpid" ] || return 0
+  kill "$hpid" 2>/dev/null
+  wait "$hpid" 2>/dev/null
+  hpid=
+}
+on_exit hostile_stop
+: >"$d/h.out"
+python3 -B "$tool" --port 0 --log "$d/h.log" --mode thin-full \
+  --size $((16 << 20)) >"$d/h.out" 2>"$d/h.err" &
+hpid=$!
+for _ in $(seq 100); do grep -q '^ready ' "$d/h.out" && break; sleep 0.05; done
+port=$(awk '/^ready /{print $2}' "$d/h.out")
+[ -n "$port" ] || { cat "$d/h.err"; fail "the target did not start"; }
+url="iscsi://127.0.0.1:$port/$iqn/0"
+head -c $((16 << 20)) /dev/urandom >"$d/data"
+
+mnt=$d/mnt
+mkdir "$mnt"
+mount_gone () { fusermount3 -u -z "$mnt" 2>/dev/null || true; }
+on_exit mount_gone
+
+# case NAME MOUNT-OPTION... -- DD-OPTION...: 16 MiB through a mount must
+# fail with ENOSPC.
+case_mount ()
+{
+  local name=$1 m=() o=()
+  shift
+  while [ "$1" != -- ]; do m+=("$1"); shift; done
+  shift
+  o=("$@")
+  with_timeout 60 "$LUNGATE" mount --io-timeout 5 --log "$d/$name.log" \
+    "${m[@]}" "$url" "$mnt" || fail "$name: mount"
+  if with_timeout 120 dd if="$d/data" of="$mnt/lun0" bs=1M "${o[@]}" \
+    2>"$d/$name.err"; then
+    fail "$name: 16 MiB written to a LUN with room for 8"
+  fi
+  grep -q "No space left on device" "$d/$name.err" \
+    || { cat "$d/$name.err"; tail -n 5 "$d/$name.log"; fail "$name: not ENOSPC"; }
+  grep -q "lun0\|/0" "$d/$name.log" || fail "$name: the log does not name the LUN"
+  with_timeout 60 "$LUNGATE" umount "$mnt" >/dev/null 2>&1 || mount_gone
+}
+case_mount direct -o direct_io -- oflag=direct conv=notrunc
+case_mount wb-direct -o direct_io --write-behind 4M -- oflag=direct conv=notrunc,fsync
+case_mount wb-cache --write-behind 4M -- conv=notrunc,fsync
+
+# The plugin, with write-behind: the writes are acknowledged, the flush
+# fails with ENOSPC.
+cat >"$d/flush.py" <<'PY'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+d = open(sys.argv[2], "rb").read()
+try:
+    for off in range(0, len(d), 1 << 20):
+        h.pwrite(d[off:off + (1 << 20)], off)
+    h.flush()
+    print("flushed")
+except nbd.Error as e:
+    print("errno", e.errno)
+PY
+out=$(nbd_run "url=$url" writebehind=4M timeout=5 -- "$NBD_PYTHON" "$d/flush.py" \
+  '$uri' "$d/data" 2>"$d/plugin.err") || true
+case $out in "errno ENOSPC" | "errno 28") ;; *) cat "$d/plugin.err"; fail "plugin: flush gave '$out', not ENOSPC" ;; esac
+grep -q 'fired thin-full' "$d/h.log" || fail "the target never refused a write"
+echo "test-thin-full: ok"
