@@ -59,6 +59,16 @@ case_mount ()
     || { cat "$d/$name.err"; tail -n 5 "$d/$name.log"; fail "$name: not ENOSPC"; }
   grep -q "lun0\|/0" "$d/$name.log" || fail "$name: the log does not name the LUN"
   with_timeout 60 "$LUNGATE" umount "$mnt" >/dev/null 2>&1 || mount_gone
+  # The unmount's account names what happened: buffered writes that
+  # failed, not a target restart that did not happen.
+  if [ "$name" != direct ]; then
+    grep -q "could not be written back or flushed at the end" "$d/$name.log" \
+      || { tail -n 5 "$d/$name.log"; fail "$name: the unmount did not say data may be lost"; }
+    ! grep -q "may have restarted while mounted" "$d/$name.log" \
+      || fail "$name: the unmount blamed a target restart for failed buffered writes"
+    grep -q "buffered writes\? failed while mounted" "$d/$name.log" \
+      || { tail -n 5 "$d/$name.log"; fail "$name: the unmount did not name the failed buffered writes"; }
+  fi
 }
 case_mount direct -o direct_io -- oflag=direct conv=notrunc
 case_mount wb-direct -o direct_io --write-behind 4M -- oflag=direct conv=notrunc,fsync

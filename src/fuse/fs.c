@@ -131,6 +131,23 @@ lg_fs_add_file (struct lg_fs *fs, int parent, const char *name,
   return add (fs, parent, name, false, dev);
 }
 
+/* What the unmount says of the writes d may have lost: buffered writes
+ * that failed (write-behind), and a target that restarted. */
+static void
+say_losses (struct lg_dev *d)
+{
+  uint64_t all = lg_dev_losses (d), wb = lg_dev_wb_failures (d);
+
+  if (wb > 0)
+    lg_error ("%s: %" PRIu64 " buffered write%s failed while mounted "
+              "(write-behind: the log above names the bytes)",
+              d->name, wb, wb == 1 ? "" : "s");
+  if (all > wb)
+    lg_error ("%s: the target may have restarted while mounted, losing "
+              "writes it had acknowledged and not yet flushed",
+              d->name);
+}
+
 int
 lg_fs_free (struct lg_fs *fs)
 {
@@ -152,9 +169,7 @@ lg_fs_free (struct lg_fs *fs)
        * unmount says so too. */
       else if (lg_dev_losses (fs->nodes[i].dev) > 0
                && !fs->nodes[i].dev->read_only) {
-        lg_error ("%s: the target may have restarted while mounted, losing "
-                  "writes it had acknowledged and not yet flushed",
-                  fs->nodes[i].dev->name);
+        say_losses (fs->nodes[i].dev);
         lost = true;
       }
       failed += lost;
