@@ -647,6 +647,37 @@ delay_proxy_start ()
   [ -n "$DELAY_PORT" ] || { cat "$TGT_DIR/proxy.log" >&2; fail "the delay proxy did not start"; }
 }
 
+# hostile_start DIR ARGS...: tests/tools/hostile-target.py with ARGS (a
+# target nobody else wrote the bugs of: --mode M), its events logged to
+# DIR/h.log; one at a time, the one before stopped.  Sets HOSTILE_PORT.
+# hostile_stop stops it (and it is stopped at exit).  Call them in the
+# test's own shell.
+HOSTILE_PID=
+hostile_stop ()
+{
+  [ -n "$HOSTILE_PID" ] || return 0
+  kill "$HOSTILE_PID" 2>/dev/null
+  wait "$HOSTILE_PID" 2>/dev/null
+  HOSTILE_PID=
+}
+hostile_start ()
+{
+  local dir=$1
+  shift
+  hostile_stop
+  [ -n "${_HOSTILE_AT_EXIT:-}" ] || { on_exit hostile_stop; _HOSTILE_AT_EXIT=1; }
+  : >"$dir/h.out"
+  python3 -B "${HOSTILE_TARGET:-${srcdir:-.}/tools/hostile-target.py}" \
+    --port 0 --log "$dir/h.log" "$@" >"$dir/h.out" 2>"$dir/h.err" &
+  HOSTILE_PID=$!
+  for _ in $(seq 100); do
+    grep -q '^ready ' "$dir/h.out" && break
+    sleep 0.05
+  done
+  HOSTILE_PORT=$(awk '/^ready /{print $2}' "$dir/h.out")
+  [ -n "$HOSTILE_PORT" ] || { cat "$dir/h.err"; fail "the hostile target did not start ($*)"; }
+}
+
 # fault_proxy_start plain|hold: tests/tools/fault-proxy.py between the
 # gateway and tgtd, on 127.0.0.1:$FAULT_PORT; its rules are read from
 # $TGT_DIR/proxy.rules and what fires is logged to $TGT_DIR/proxy.log

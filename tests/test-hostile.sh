@@ -17,30 +17,11 @@ tool=${HOSTILE_TARGET:-${srcdir:-.}/tools/hostile-target.py}
 [ -f "$tool" ] || fail "$tool is missing"
 d=$(scratch_dir)
 iqn=iqn.2026-01.test.lungate:hostile
-hpid=
-
-hostile_stop ()
-{
-  [ -n "$hpid" ] || return 0
-  kill "$hpid" 2>/dev/null
-  wait "$hpid" 2>/dev/null
-  hpid=
-}
-on_exit hostile_stop
-
 # hostile ARGS...: start the target; sets port and url.
 hostile ()
 {
-  hostile_stop
-  : >"$d/h.out"
-  python3 -B "$tool" --port 0 --log "$d/h.log" "$@" >"$d/h.out" 2>"$d/h.err" &
-  hpid=$!
-  for _ in $(seq 100); do
-    grep -q '^ready ' "$d/h.out" && break
-    sleep 0.05
-  done
-  port=$(awk '/^ready /{print $2}' "$d/h.out")
-  [ -n "$port" ] || { cat "$d/h.err"; fail "the hostile target did not start ($*)"; }
+  hostile_start "$d" "$@"
+  port=$HOSTILE_PORT
   url="iscsi://127.0.0.1:$port/$iqn/0"
 }
 
@@ -347,8 +328,8 @@ fi
 # (the outage budget is the default 60 s): both stop within seconds ----
 stopped_target ()
 {
-  kill -STOP "$hpid"
-  on_exit kill -CONT "$hpid"
+  kill -STOP "$HOSTILE_PID"
+  on_exit kill -CONT "$HOSTILE_PID"
 }
 seconds_since () { echo $(( $(date +%s) - $1 )); }
 # stops_on_term PID LOG ERE WHAT: SIGTERM to PID, which must be gone
@@ -393,7 +374,7 @@ timeout 120 nbdcopy "nbd+unix:///?socket=$d/s.sock" "$d/out" 2>/dev/null &
 sleep 2
 stops_on_term "$gw" "$d/term.log" "shutting down|outage budget \(0 s\)" \
   "nbdkit took over 30 s to stop on SIGTERM"
-kill -CONT "$hpid"
+kill -CONT "$HOSTILE_PID"
 if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   hostile --size $((8 << 20))
   "$LUNGATE" mount "$url" "$mnt" 2>"$d/term.log" || fail "mount for SIGTERM"
@@ -409,7 +390,7 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   done
   [ "$(seconds_since "$t0")" -lt 30 ] \
     || fail "lungate mount took $(seconds_since "$t0") s to stop on SIGTERM"
-  kill -CONT "$hpid"
+  kill -CONT "$HOSTILE_PID"
 fi
 
 # ---- odd but legal values (issue 15, item 13) ----

@@ -13,26 +13,10 @@ require_lungate_plugin
 require_nbd_python
 require python3 fusermount3
 [ -c /dev/fuse ] || skip "no /dev/fuse"
-tool=${srcdir:-.}/tools/hostile-target.py
 d=$(scratch_dir)
 iqn=iqn.2026-01.test.lungate:hostile
-hpid=
-hostile_stop ()
-{
-  [ -n "$hpid" ] || return 0
-  kill "$hpid" 2>/dev/null
-  wait "$hpid" 2>/dev/null
-  hpid=
-}
-on_exit hostile_stop
-: >"$d/h.out"
-python3 -B "$tool" --port 0 --log "$d/h.log" --mode thin-full \
-  --size $((16 << 20)) >"$d/h.out" 2>"$d/h.err" &
-hpid=$!
-for _ in $(seq 100); do grep -q '^ready ' "$d/h.out" && break; sleep 0.05; done
-port=$(awk '/^ready /{print $2}' "$d/h.out")
-[ -n "$port" ] || { cat "$d/h.err"; fail "the target did not start"; }
-url="iscsi://127.0.0.1:$port/$iqn/0"
+hostile_start "$d" --mode thin-full --size $((16 << 20))
+url="iscsi://127.0.0.1:$HOSTILE_PORT/$iqn/0"
 head -c $((16 << 20)) /dev/urandom >"$d/data"
 
 mnt=$d/mnt
