@@ -58,6 +58,64 @@ case_mount direct -o direct_io -- oflag=direct conv=notrunc
 case_mount wb-direct -o direct_io --write-behind 4M -- oflag=direct conv=notrunc,fsync
 case_mount wb-cache --write-behind 4M -- conv=notrunc,fsync
 
+# The latest loss is what fsync says: after the ENOSPC (told), the
+# target restarts and may have lost a buffered write it had acknowledged
+# and not flushed: EIO, not the stale ENOSPC (the hostile review found
+# ENOSPC there).
+with_timeout 60 "$LUNGATE" mount --io-timeout 5 -o direct_io --write-behind 4M \
+  --log "$d/restart.log" "$url" "$mnt" || fail "restart: mount"
+mkfifo "$d/go"
+: >"$d/restart.out"
+python3 - "$mnt/lun0" "$d/go" >"$d/restart.out" 2>&1 <<'PY' &
+import errno, os, sys
+f, go = sys.argv[1], sys.argv[2]
+def res(fn, *a):
+    try:
+        fn(*a)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+a = os.open(f, os.O_RDWR)
+os.pwrite(a, os.urandom(1 << 20), 12 << 20)
+print("full", res(os.fsync, a), res(os.fsync, a), flush=True)
+os.pwrite(a, bytes(1 << 20), 1 << 20)
+print("ready", flush=True)
+open(go).readline()
+os.pread(a, 4096, 1 << 20)
+print("restart", res(os.fsync, a), res(os.fsync, a), flush=True)
+PY
+py=$!
+for _ in $(seq 300); do grep -q '^ready' "$d/restart.out" && break; sleep 0.1; done
+grep -q '^ready' "$d/restart.out" || { cat "$d/restart.out"; fail "restart: the writer did not get ready"; }
+sleep 1 # the buffered write reaches the target's cache
+hostile_start "$d" --port "$HOSTILE_PORT" --mode thin-full --size $((16 << 20))
+# Opened read-write, the FIFO never blocks the test, even if the writer
+# died.
+exec 8<>"$d/go"
+echo go >&8
+exec 8>&-
+wait "$py" || { cat "$d/restart.out"; fail "restart: the writer failed"; }
+grep -qx "full ENOSPC ok" "$d/restart.out" || { cat "$d/restart.out"; fail "restart: the full LUN was not ENOSPC once"; }
+grep -qx "restart EIO ok" "$d/restart.out" \
+  || { cat "$d/restart.out"; tail -n 5 "$d/restart.log"; fail "restart: a restart after ENOSPC was not EIO once"; }
+with_timeout 60 "$LUNGATE" umount "$mnt" >/dev/null 2>&1 || mount_gone
+
+# The unmount's account holds when its own last flush fails too (the
+# target gone): the failed buffered writes are still counted (the
+# hostile review found only "flush at unmount failed").
+hostile_start "$d" --port "$HOSTILE_PORT" --mode thin-full --size $((16 << 20))
+with_timeout 60 "$LUNGATE" mount --io-timeout 3 -o direct_io --write-behind 4M \
+  --log "$d/gone.log" "$url" "$mnt" || fail "gone: mount"
+dd if="$d/data" of="$mnt/lun0" bs=1M seek=12 skip=12 count=1 oflag=direct \
+  conv=notrunc status=none || fail "gone: the buffered write was not acknowledged"
+sleep 1 # written behind, and failed
+hostile_stop
+with_timeout 60 "$LUNGATE" umount "$mnt" >/dev/null 2>&1 || mount_gone
+grep -q "flush at unmount failed" "$d/gone.log" || { tail -n 5 "$d/gone.log"; fail "gone: the last flush did not fail"; }
+grep -q "1 buffered write failed while mounted" "$d/gone.log" \
+  || { tail -n 5 "$d/gone.log"; fail "gone: the unmount did not count the failed buffered write"; }
+hostile_start "$d" --port "$HOSTILE_PORT" --mode thin-full --size $((16 << 20))
+
 # The plugin, with write-behind: the writes are acknowledged, the flush
 # fails with ENOSPC.
 cat >"$d/flush.py" <<'PY'

@@ -583,7 +583,13 @@ lg_dev_drain (struct lg_dev *d)
 int
 lg_dev_loss_errno (const struct lg_dev *d)
 {
-  return d->wb ? lg_wb_failed_errno (d->wb) : EIO;
+  return d->wb ? lg_wb_failed_errno (d->wb, counters_of (d).losses) : EIO;
+}
+
+uint64_t
+lg_dev_stack_losses (const struct lg_dev *d)
+{
+  return counters_of (d).losses;
 }
 
 uint64_t

@@ -260,6 +260,10 @@ uint64_t lg_dev_auth_failures (const struct lg_dev *d);
  * latest (as the kernel reports a writeback error to every file open
  * when it happened). */
 uint64_t lg_dev_losses (const struct lg_dev *d);
+/* Those of the stack below write-behind (a target that may have
+ * restarted, a write of unknown outcome): lg_dev_losses without the
+ * buffered writes that failed. */
+uint64_t lg_dev_stack_losses (const struct lg_dev *d);
 
 /* Checks the device again if its transport saw a sign that it changed,
  * or if it was last checked seconds ago (cheap otherwise): 0, or -1 with errno ESHUTDOWN when it is no longer
@@ -340,10 +344,11 @@ void lg_dev_drain (struct lg_dev *d);
 /* Buffered writes that failed (counted in lg_dev_losses too): a front end
  * tells a client that opens later of those nobody was told of. */
 uint64_t lg_dev_wb_failures (const struct lg_dev *d);
-/* The errno for a flush that reports possible losses: EPERM when the last
- * buffered write that failed was refused so (another gateway took the
- * LUN or the volume), ENOSPC when the target had no room for it (a thin
- * LUN), else EIO. */
+/* The errno for a flush that reports possible losses, the latest's: EPERM
+ * when it is a buffered write that was refused so (another gateway took
+ * the LUN or the volume), ENOSPC when it is one the target had no room
+ * for (a thin LUN), else EIO (a target that may have restarted since
+ * counts as later). */
 int lg_dev_loss_errno (const struct lg_dev *d);
 
 /* Microseconds on the monotonic clock. */

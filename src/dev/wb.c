@@ -60,8 +60,10 @@ struct lg_wb {
   unsigned nth;
   bool stopping;
   atomic_uint_fast64_t writes, wbytes, waits, failures;
-  /* The errno of the last buffered write that failed (lg_wb_failed_errno). */
+  /* The errno of the last buffered write that failed, and the stack's
+   * own losses then (lg_wb_failed_errno). */
   atomic_int last_err;
+  atomic_uint_fast64_t stack_losses_then;
 };
 
 static void *worker (void *arg);
@@ -446,6 +448,7 @@ write_batch (struct lg_wb *wb, struct entry **batch, unsigned n, int *failed)
   if (r == 0)
     return false;
   *failed = err = err ? err : EIO;
+  atomic_store (&wb->stack_losses_then, lg_dev_stack_losses (d));
   atomic_store (&wb->last_err, err);
   atomic_fetch_add (&wb->failures, 1);
   lg_error ("%s: writes acknowledged before they reached the device "
@@ -520,10 +523,12 @@ lg_wb_through (struct lg_wb *wb)
 }
 
 int
-lg_wb_failed_errno (struct lg_wb *wb)
+lg_wb_failed_errno (struct lg_wb *wb, uint64_t stack_losses)
 {
   int err = atomic_load (&wb->last_err);
 
+  if (stack_losses != atomic_load (&wb->stack_losses_then))
+    return EIO;
   return err == EPERM || err == ENOSPC ? err : EIO;
 }
 

@@ -92,11 +92,13 @@ uint64_t lg_wb_failures (const struct lg_wb *wb);
 /* From now on every write is written through (the device was found
  * gone: a write must fail at once, not be acknowledged). */
 void lg_wb_through (struct lg_wb *wb);
-/* What a flush that reports them fails with: EPERM when the last one
- * failed so (this gateway may no longer write the device), ENOSPC when
- * it did for want of space (a thin LUN out of it: what fsync says after
- * a local disk's failed write-back), else EIO. */
-int lg_wb_failed_errno (struct lg_wb *wb);
+/* What a flush that reports them fails with: the errno of the last that
+ * failed where it is EPERM (this gateway may no longer write the device)
+ * or ENOSPC (a thin LUN out of space: what fsync says after a local
+ * disk's failed write-back), else EIO; EIO too when the stack counted a
+ * loss of its own since (stack_losses, lg_dev_stack_losses: a target
+ * that may have restarted), the latest loss being what a flush says. */
+int lg_wb_failed_errno (struct lg_wb *wb, uint64_t stack_losses);
 
 /* " wb_writes=... wb_bytes=... wb_depth_bytes=... wb_waits=...
  * wb_failures=..." (a leading space, no newline). */

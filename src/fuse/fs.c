@@ -166,9 +166,9 @@ lg_fs_free (struct lg_fs *fs)
         lost = lost || !fs->nodes[i].dev->read_only;
       }
       /* Files told of a loss at their fsync, or not (fs_fsync): the
-       * unmount says so too. */
-      else if (lg_dev_losses (fs->nodes[i].dev) > 0
-               && !fs->nodes[i].dev->read_only) {
+       * unmount says so too, whether its own flush worked or not. */
+      if (lg_dev_losses (fs->nodes[i].dev) > 0
+          && !fs->nodes[i].dev->read_only) {
         say_losses (fs->nodes[i].dev);
         lost = true;
       }
