@@ -21,7 +21,13 @@
 /* Writes that follow each other are joined up to this many bytes. */
 #define WB_JOIN (1u << 20)
 #define WB_JOIN_MAX 256 /* writes in one join */
+/* Writers: one per WB_JOIN of the buffer, from WB_WORKERS to
+ * WB_MAX_WORKERS.  A 1 MiB write takes several round trips of R2Ts at
+ * tgt's defaults (256 KiB bursts, one R2T outstanding): what fills a
+ * long fat link (50 ms at 1 Gbit/s) is many such writes at once, as
+ * many as the buffer holds. */
 #define WB_WORKERS 16
+#define WB_MAX_WORKERS 64
 
 struct entry {
   struct entry *prev, *next;
@@ -56,7 +62,7 @@ struct lg_wb {
    * written through, slower, not wrongly). */
   bool through;
   uint64_t quiet_n, quiet_bytes, quiet_lo, quiet_hi;
-  pthread_t th[WB_WORKERS];
+  pthread_t th[WB_MAX_WORKERS];
   unsigned nth;
   bool stopping;
   atomic_uint_fast64_t writes, wbytes, waits, failures;
@@ -72,15 +78,20 @@ struct lg_wb *
 lg_wb_new (struct lg_dev *d, size_t max)
 {
   struct lg_wb *wb = calloc (1, sizeof *wb);
+  size_t want = max / WB_JOIN;
 
   if (wb == NULL)
     return NULL;
+  if (want < WB_WORKERS)
+    want = WB_WORKERS;
+  if (want > WB_MAX_WORKERS)
+    want = WB_MAX_WORKERS;
   wb->d = d;
   wb->max = max;
   pthread_mutex_init (&wb->lock, NULL);
   pthread_cond_init (&wb->work, NULL);
   pthread_cond_init (&wb->done, NULL);
-  for (unsigned i = 0; i < WB_WORKERS; i++)
+  for (size_t i = 0; i < want; i++)
     if (pthread_create (&wb->th[wb->nth], NULL, worker, wb) == 0)
       wb->nth++;
   if (wb->nth == 0) {
