@@ -28,9 +28,8 @@
 #include <sodium.h>
 
 #include "common/glue.h"
-#include "crypt/crypt.h"
-#include "crypt/header.h"
 #include "dev/dev.h"
+#include "dev/volume.h"
 #include "util/log.h"
 #include "util/secret.h"
 
@@ -256,8 +255,6 @@ static int
 crypt_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct lg_keysrc ks = { keyfile, passphrase };
-  struct lg_header h;
-  uint8_t *mk = NULL;
   char err[512];
   int64_t size;
   int r = -1;
@@ -279,9 +276,7 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
       goto out;
     }
     if (next_pread (&nextdev, buf, sizeof buf, 0) < 0
-        || lg_header_parse (buf, lg_dev_size (&nextdev), &h, err, sizeof err)
-            < 0
-        || sodium_memcmp (h.uuid, volume_uuid, sizeof volume_uuid) != 0) {
+        || !lg_volume_is (buf, lg_dev_size (&nextdev), volume_uuid)) {
       nbdkit_error ("lungate-crypt: this export is not the volume the "
                     "filter serves");
       goto out;
@@ -307,22 +302,14 @@ crypt_prepare (nbdkit_next *next, void *handle, int readonly)
    * flush, take it that it does (the crypt layer then orders its
    * metadata before its data). */
   nextdev.volatile_cache = next->can_flush (next) == 1;
-  mk = sodium_malloc (LG_KEY_BYTES);
-  if (mk == NULL)
-    goto out;
-  if (lg_crypt_unlock (&nextdev, &ks, &h, mk, err, sizeof err) < 0) {
-    nbdkit_error ("%s", err);
-    goto out;
-  }
   /* The dirty flag as the plugin keeps it: set before the first write,
    * cleared when the last writer leaves. */
-  cdev = lg_crypt_open (&nextdev, false, &h, mk, 0, !nextdev.read_only, err,
-                        sizeof err);
+  cdev = lg_volume_open (&nextdev, &ks, !nextdev.read_only, volume_uuid, err,
+                         sizeof err);
   if (cdev == NULL) {
     nbdkit_error ("%s", err);
     goto out;
   }
-  memcpy (volume_uuid, h.uuid, sizeof volume_uuid);
   r = 0;
 count:
   if (!readonly && !nextdev.read_only) {
@@ -331,8 +318,6 @@ count:
   }
 
 out:
-  if (mk)
-    sodium_free (mk);
   pthread_mutex_unlock (&state_lock);
   return r;
 }

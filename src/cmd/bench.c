@@ -44,8 +44,7 @@ enum {
   OPT_SVG,
 };
 
-#include "crypt/crypt.h"
-#include "crypt/header.h"
+#include "dev/volume.h"
 #include "util/fmt.h"
 #include "util/hist.h"
 #include "util/log.h"
@@ -253,36 +252,6 @@ run_job (struct lg_dev *dev, const struct job *j, const char *mode,
   res->done = true;
   free (r);
   return 0;
-}
-
-/* A throw-away crypt volume over raw: a header in memory only (never
- * written), a random key, lazy metadata (units are written before they
- * are read). */
-static struct lg_dev *
-open_crypt (struct lg_dev *raw, int mode, char *err, size_t errlen)
-{
-  struct lg_header h;
-  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
-  struct lg_dev *d;
-
-  if (mk == NULL) {
-    snprintf (err, errlen, "out of memory");
-    return NULL;
-  }
-  memset (&h, 0, sizeof h);
-  if (lg_header_geometry (&h, lg_dev_size (raw)) < 0) {
-    snprintf (err, errlen, "the LUN is too small for a lungate volume");
-    sodium_free (mk);
-    return NULL;
-  }
-  h.version = LG_HDR_VERSION;
-  h.mode = mode;
-  h.flags = LG_HDR_FLAG_LAZY;
-  randombytes_buf (h.uuid, sizeof h.uuid);
-  crypto_kdf_keygen (mk);
-  d = lg_crypt_open (raw, false, &h, mk, 0, false, err, errlen);
-  sodium_free (mk);
-  return d;
 }
 
 /* Writes the region once, so that every unit read holds real data. */
@@ -592,7 +561,7 @@ run_mode (struct lg_dev *raw, const struct bench_args *a, unsigned m,
   int r = -1;
 
   if (m > 0) {
-    d = open_crypt (raw, id, err, sizeof err);
+    d = lg_volume_scratch (raw, id, err, sizeof err);
     if (d == NULL) {
       lg_error ("%s: %s", raw->name, err);
       return -1;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
-#include "crypt/header.h"
+#include "dev/volume.h"
 #include "util/log.h"
 
 const char *

@@ -12,9 +12,8 @@
 #include <sodium.h>
 
 #include "cmd/cmd.h"
-#include "crypt/crypt.h"
-#include "crypt/header.h"
 #include "dev/dev.h"
+#include "dev/volume.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/progress.h"
@@ -284,8 +283,8 @@ look_further (struct lg_dev *raw, uint64_t md_end, char *buf, size_t len,
  * finds the geometry and whether an earlier format was interrupted.  0 or
  * -1 (said why). */
 static int
-check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
-           bool *interrupted)
+check_lun (struct lg_dev *raw, struct format_args *a,
+           struct lg_volume_geometry *g, bool *interrupted)
 {
   uint8_t hb[LG_HDR_SIZE];
   char further[160];
@@ -297,8 +296,7 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
     return -1;
   }
   /* Before any question: a yes would destroy nothing and then fail. */
-  memset (h, 0, sizeof *h);
-  if (lg_header_geometry (h, lg_dev_size (raw)) < 0) {
+  if (lg_volume_geometry (lg_dev_size (raw), g) < 0) {
     lg_error ("%s: the LUN (%" PRIu64 " bytes) is too small for a lungate "
               "volume",
               raw->name, lg_dev_size (raw));
@@ -326,7 +324,7 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
   /* After a format mark, whatever the interrupted format had not yet
    * zeroed was given up already. */
   if (!a->force && !mark) {
-    if (look_further (raw, h->data_offset, further, sizeof further, &what,
+    if (look_further (raw, g->data_offset, further, sizeof further, &what,
                       &md_data)
         < 0)
       return -1;
@@ -335,7 +333,7 @@ check_lun (struct lg_dev *raw, struct format_args *a, struct lg_header *h,
   }
   /* A format that was interrupted wiped the header area first and sealed
    * units from the first on: metadata where the header says nothing. */
-  if (lg_dev_pread (raw, hb, sizeof hb, h->md_offset) < 0)
+  if (lg_dev_pread (raw, hb, sizeof hb, g->md_offset) < 0)
     return -1;
   *interrupted = mark || md_data || !sodium_is_zero (hb, sizeof hb);
   if (!mark && *interrupted
@@ -362,32 +360,31 @@ stopped (const struct lg_dev *raw, const char *what)
     lg_error ("%s: %s failed: %s", raw->name, what, strerror (saved));
 }
 
-/* Wipes and seals the units of the volume h describes, with master key
- * mk, then writes the header.  0 or -1 (said why). */
+/* Wipes and seals the units of the new volume v (geometry g), then
+ * writes its header.  0 or -1 (said why). */
 static int
 write_volume (struct lg_dev *raw, const struct format_args *a,
-              struct lg_header *h, const uint8_t *mk, bool interrupted)
+              struct lg_volume_new *v, const struct lg_volume_geometry *g,
+              bool interrupted)
 {
   struct lg_dev *cd;
-  uint8_t mark[LG_HDR_SIZE];
   char err[512];
   int r = -1;
 
   /* The metadata first, the header last: a LUN is a lungate volume only
    * once everything under the header is in place.  Until then, the mark
    * over header copy 0 says a format is under way. */
-  cd = lg_crypt_open (raw, false, h, mk, 0, false, err, sizeof err);
+  cd = lg_volume_new_open (v, raw, err, sizeof err);
   if (cd == NULL) {
     lg_error ("%s", err);
     return -1;
   }
   /* What copy 0 holds now: after an outage, the LUN must still hold it
    * (or the mark, or the header), else it is another disk. */
-  if (lg_dev_pread (raw, mark, sizeof mark, 0) < 0) {
+  if (lg_volume_formatting (cd, raw) < 0) {
     lg_error ("%s: reading the first block again: %m", raw->name);
     goto out;
   }
-  lg_crypt_formatting (cd, mark);
   /* The rest of the first MiB (header copy 1 among it) is zeroes before
    * the mark says a format began: a mark never stands beside a valid
    * copy or foreign data (check_lun). */
@@ -398,11 +395,7 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
               raw->name, sigabbrev_np (lg_cmd_stopped ()));
     goto out;
   }
-  lg_header_format_mark (mark);
-  if (lg_dev_zero (raw, LG_HDR_AREA - sizeof mark, sizeof mark, LG_MAY_TRIM) < 0
-      || lg_dev_flush (raw) < 0
-      || lg_dev_pwrite (raw, mark, sizeof mark, 0, 0) < 0
-      || lg_dev_flush (raw) < 0) {
+  if (lg_volume_write_format_mark (raw) < 0) {
     lg_error ("%s: writing the first MiB of the LUN failed: %m", raw->name);
     goto out;
   }
@@ -420,7 +413,7 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
    * slots would read as errors, so the metadata area is wiped too. */
   if (zero_lun (raw, LG_HDR_AREA,
                 !a->lazy                      ? lg_dev_size (raw)
-                    : interrupted || a->force ? h->data_offset
+                    : interrupted || a->force ? g->data_offset
                                               : LG_HDR_AREA)
       < 0) {
     lg_progress_abandon ();
@@ -431,14 +424,14 @@ write_volume (struct lg_dev *raw, const struct format_args *a,
   if (!a->lazy) {
     lg_progress_start_bytes ("format: sealing units", LG_UNIT_SIZE);
     lg_progress_hint (LAZY_HINT, 180);
-    if (lg_crypt_init_units (cd, 0, h->nunits, progress) < 0) {
+    if (lg_crypt_init_units (cd, 0, g->nunits, progress) < 0) {
       lg_progress_abandon ();
       stopped (raw, "writing the metadata");
       goto out;
     }
     lg_progress_end ();
   }
-  if (lg_header_write (raw, h) < 0) {
+  if (lg_volume_new_write (v, raw) < 0) {
     lg_error ("%s: writing the header failed: %m", raw->name);
     goto out;
   }
@@ -456,8 +449,9 @@ lg_cmd_format (int argc, char **argv)
                            .ops = crypto_pwhash_OPSLIMIT_MODERATE,
                            .mem = crypto_pwhash_MEMLIMIT_MODERATE };
   struct lg_dev *raw = NULL;
-  struct lg_header h;
-  uint8_t *mk = NULL;
+  struct lg_volume_geometry g;
+  struct lg_volume_new *v = NULL;
+  struct lg_keysrc ks;
   char hs[32];
   bool interrupted;
   int status = LG_EXIT_FAIL;
@@ -469,37 +463,28 @@ lg_cmd_format (int argc, char **argv)
   status = LG_EXIT_FAIL;
   lg_cmd_catch_stop ();
   raw = lg_cmd_open (&a.u, a.path, &a.login, 4, false);
-  if (raw == NULL || check_lun (raw, &a, &h, &interrupted) < 0
+  if (raw == NULL || check_lun (raw, &a, &g, &interrupted) < 0
       || lg_cmd_keys_ask (&a.keys, raw->name, true) != 0)
     goto out;
-  h.version = LG_HDR_VERSION;
-  h.mode = a.mode;
-  h.flags = a.lazy ? LG_HDR_FLAG_LAZY : 0;
-  randombytes_buf (h.uuid, sizeof h.uuid);
-  mk = sodium_malloc (LG_KEY_BYTES);
-  if (mk == NULL)
+  v = lg_volume_new (lg_dev_size (raw), a.mode, a.lazy ? LG_HDR_FLAG_LAZY : 0);
+  if (v == NULL)
     goto out;
-  crypto_kdf_keygen (mk);
-  if ((a.keys.keyfile ? lg_keyslot_set_keyfile (&h, 0, mk, a.keys.keyfile)
-                      : lg_keyslot_set_passphrase (&h, 0, mk, a.keys.passphrase,
-                                                   a.ops, a.mem))
-      < 0) {
+  ks.keyfile = a.keys.keyfile;
+  ks.passphrase = a.keys.passphrase;
+  if (lg_volume_new_key (v, &ks, a.ops, a.mem) < 0) {
     lg_error ("cannot set up the key slot: %m");
     goto out;
   }
-  lg_header_set_mac (&h, mk);
-  if (write_volume (raw, &a, &h, mk, interrupted) < 0)
+  if (write_volume (raw, &a, v, &g, interrupted) < 0)
     goto out;
   printf ("formatted %s: mode %s%s, %" PRIu64 " units, %s usable\n", raw->name,
           a.mode == LG_MODE_AEAD ? "aead" : "mac", a.lazy ? " (lazy)" : "",
-          h.nunits, lg_human_size (h.nunits * LG_UNIT_SIZE, hs, sizeof hs));
+          g.nunits, lg_human_size (g.nunits * LG_UNIT_SIZE, hs, sizeof hs));
   status = LG_EXIT_OK;
 
 out:
   lg_dev_close (raw);
-  if (mk)
-    sodium_free (mk);
-  sodium_memzero (&h, sizeof h);
+  lg_volume_new_free (v);
   lg_cmd_keys_clear (&a.keys);
   lg_url_clear (&a.u);
   lg_login_clear (&a.login);

@@ -10,10 +10,9 @@
 #include <errno.h>
 
 #include "cmd/cmd.h"
-#include "crypt/header.h"
-#include "crypt/owner.h"
 #include "dev/file.h"
 #include "dev/open.h"
+#include "dev/volume.h"
 #include "util/fmt.h"
 #include "util/log.h"
 
@@ -197,7 +196,7 @@ print_reservation (struct lg_tgt *t, int lun, bool json)
   lg_pr_print_json (stdout, &st);
 }
 
-/* The owner record (crypt/owner.h): who serves the volume where the LUN
+/* The owner record (dev/volume.h): who serves the volume where the LUN
  * has no persistent reservations. */
 static void
 print_owner (struct lg_dev *d, bool json)
@@ -230,13 +229,13 @@ print_owner (struct lg_dev *d, bool json)
 static void
 print_volume (struct lg_dev *d, bool json)
 {
-  struct lg_header h;
-  char err[512], uuid[LG_UUID_HEX];
+  struct lg_volume_info h;
+  char err[512];
   int r;
 
-  r = lg_dev_size (d) < LG_HDR_COPY1_OFFSET + LG_HDR_SIZE
+  r = lg_dev_size (d) < LG_VOLUME_MIN_SIZE
       ? (errno = ENOENT, -1)
-      : lg_header_read (d, &h, err, sizeof err);
+      : lg_volume_describe (d, &h, err, sizeof err);
   if (r < 0 && errno == ENOENT) {
     uint8_t b0[LG_HDR_SIZE];
     bool mark = lg_dev_size (d) >= sizeof b0
@@ -265,7 +264,6 @@ print_volume (struct lg_dev *d, bool json)
       printf ("lungate-volume: %s: %s\n", what, err);
     return;
   }
-  lg_header_uuid_hex (&h, uuid);
   if (json) {
     printf (", \"lungate_volume\": true, \"volume_mode\": \"%s\", "
             "\"volume_uuid\": \"%s\", \"volume_lazy\": %s, "
@@ -276,7 +274,7 @@ print_volume (struct lg_dev *d, bool json)
             ", \"volume_metadata_size\": %" PRIu64
             ", \"volume_data_offset\": %" PRIu64
             ", \"volume_header_seq\": %" PRIu64 ", \"volume_key_slots\": [",
-            h.mode == LG_MODE_AEAD ? "aead" : "mac", uuid,
+            h.mode == LG_MODE_AEAD ? "aead" : "mac", h.uuid,
             tf (h.flags & LG_HDR_FLAG_LAZY), tf (h.flags & LG_HDR_FLAG_DIRTY),
             h.nunits, LG_UNIT_SIZE, h.nunits * LG_UNIT_SIZE, h.md_offset,
             h.md_size, h.data_offset, h.seq);
@@ -292,7 +290,7 @@ print_volume (struct lg_dev *d, bool json)
     printf ("lungate-volume: yes\n");
     printf ("volume-mode: %s%s\n", h.mode == LG_MODE_AEAD ? "aead" : "mac",
             (h.flags & LG_HDR_FLAG_LAZY) ? " (lazy)" : "");
-    printf ("volume-uuid: %s\n", uuid);
+    printf ("volume-uuid: %s\n", h.uuid);
     printf ("volume-size: %" PRIu64 " bytes (%" PRIu64 " units of %d)\n",
             h.nunits * LG_UNIT_SIZE, h.nunits, LG_UNIT_SIZE);
     printf ("volume-metadata: %" PRIu64 "+%" PRIu64 "\n", h.md_offset,

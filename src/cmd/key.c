@@ -17,10 +17,8 @@
 
 #include "util/fmt.h"
 #include "cmd/cmd.h"
-#include "crypt/crypt.h"
-#include "crypt/header.h"
-#include "crypt/keychange.h"
 #include "dev/dev.h"
+#include "dev/volume.h"
 #include "util/log.h"
 #include "util/secret.h"
 
@@ -87,14 +85,6 @@ static const char usage[]
       "                               preempt its reservation\n"
       "  -h, --help                   this help\n"
       "\n";
-
-static const char *
-kind_name (uint32_t k)
-{
-  return k == LG_SLOT_PASSPHRASE ? "passphrase"
-      : k == LG_SLOT_KEYFILE     ? "key-file"
-                                 : "empty";
-}
 
 /* What the command line asks for. */
 struct key_args {
@@ -262,40 +252,29 @@ key_slot (struct lg_dev *raw, const struct key_args *a, char *err,
 {
   struct lg_keysrc ks
       = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
-  struct lg_header h;
-  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
-  int slot;
 
-  if (mk == NULL) {
-    snprintf (err, errlen, "%s", strerror (ENOMEM));
-    return -1;
-  }
-  slot = lg_crypt_unlock (raw, &ks, &h, mk, err, errlen);
-  sodium_memzero (&h, sizeof h);
-  sodium_free (mk);
-  return slot;
+  return lg_volume_key_slot (raw, &ks, err, errlen);
 }
 
 /* key list: the slots and their kinds; with a key, the slot it opens. */
 static int
 list_slots (struct lg_dev *raw, const struct key_args *a)
 {
-  struct lg_header h;
-  char err[512], uuid[LG_UUID_HEX];
+  struct lg_volume_info h;
+  char err[512];
   int opens = -1;
 
-  if (lg_header_read (raw, &h, err, sizeof err) < 0) {
+  if (lg_volume_describe (raw, &h, err, sizeof err) < 0) {
     lg_error ("%s", errno == ENOENT ? "no lungate header on this LUN" : err);
     return LG_EXIT_FAIL;
   }
   if (a->keys.keyfile || a->keys.passphrase)
     opens = key_slot (raw, a, err, sizeof err);
   if (a->json) {
-    lg_header_uuid_hex (&h, uuid);
-    printf ("{\"uuid\": \"%s\", \"slots\": [", uuid);
+    printf ("{\"uuid\": \"%s\", \"slots\": [", h.uuid);
     for (int i = 0; i < LG_KEYSLOTS; i++) {
       printf ("%s{\"slot\": %d, \"kind\": \"%s\"", i ? ", " : "", i,
-              kind_name (h.slots[i].kind));
+              lg_volume_slot_kind_name (h.slots[i].kind));
       if (h.slots[i].kind == LG_SLOT_PASSPHRASE)
         printf (", \"opslimit\": %" PRIu64 ", \"memlimit\": %" PRIu64,
                 h.slots[i].opslimit, h.slots[i].memlimit);
@@ -314,7 +293,7 @@ list_slots (struct lg_dev *raw, const struct key_args *a)
               i, h.slots[i].opslimit, h.slots[i].memlimit >> 20,
               i == opens ? " (opens with the key given)" : "");
     else
-      printf ("slot %d: %s%s\n", i, kind_name (h.slots[i].kind),
+      printf ("slot %d: %s%s\n", i, lg_volume_slot_kind_name (h.slots[i].kind),
               i == opens ? " (opens with the key given)" : "");
   }
   if (opens < 0 && (a->keys.keyfile || a->keys.passphrase)) {
@@ -347,55 +326,35 @@ change_slots (struct lg_dev *raw, const struct key_args *a)
 {
   struct lg_keysrc ks
       = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
-  struct lg_key_change kc = { 0 };
-  struct lg_header h;
-  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
+  bool add = strcmp (a->verb, "add") == 0;
+  bool replace = strcmp (a->verb, "change") == 0;
   char err[512];
-  int status = LG_EXIT_FAIL, opens, still;
+  long done;
+  int still;
 
-  if (mk == NULL)
+  if (lg_volume_change_keys (raw, &ks,
+                             add           ? LG_VOLUME_KEY_ADD
+                                 : replace ? LG_VOLUME_KEY_CHANGE
+                                           : LG_VOLUME_KEY_REMOVE,
+                             a->slot, a->force, a->new_key, a->new_pass, &done)
+      < 0)
     return LG_EXIT_FAIL;
-  if ((opens = lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err)) < 0) {
-    lg_error ("%s", err);
-    goto out;
-  }
-  kc.add = strcmp (a->verb, "add") == 0;
-  kc.replace = strcmp (a->verb, "change") == 0;
-  kc.slot = kc.replace ? opens : a->slot;
-  if (kc.replace)
-    kc.old = h.slots[opens];
-  kc.force = a->force;
-  kc.mk = mk;
-  kc.new_key = a->new_key;
-  kc.new_pass = a->new_pass;
-  kc.name = raw->name;
-  if (lg_header_update (raw, lg_key_change, &kc, NULL, err, sizeof err) < 0) {
-    if (!kc.said)
-      lg_error ("%s: updating the header: %s", raw->name, err);
-    goto out;
-  }
   /* A key that opened two slots (added twice) still opens the other:
    * a user who rotates a key believes it revoked (the second hostile
    * review). */
-  if (kc.replace && (still = key_slot (raw, a, err, sizeof err)) >= 0) {
+  if (replace && (still = key_slot (raw, a, err, sizeof err)) >= 0) {
     printf ("%s: key slot %ld changed, but the old key still opens slot %d\n",
-            raw->name, (long) kc.done, still);
+            raw->name, done, still);
     lg_warn ("%s: the old key also opens key slot %d: it still opens the "
              "volume (lungate key remove --slot %d)",
              raw->name, still, still);
   }
   else
-    printf ("%s: key slot %ld %s\n", raw->name, (long) kc.done,
-            kc.replace   ? "changed: the old key no longer opens it"
-                : kc.add ? "added"
-                         : "removed");
-  status = LG_EXIT_OK;
-
-out:
-  sodium_memzero (&kc, sizeof kc);
-  sodium_memzero (&h, sizeof h);
-  sodium_free (mk);
-  return status;
+    printf ("%s: key slot %ld %s\n", raw->name, done,
+            replace   ? "changed: the old key no longer opens it"
+                : add ? "added"
+                      : "removed");
+  return LG_EXIT_OK;
 }
 
 /* key backup: the newest valid header copy, as it is on the LUN, into a
@@ -404,48 +363,14 @@ out:
 static int
 backup_header (struct lg_dev *raw, const struct key_args *a)
 {
-  struct lg_header h, hc[2];
+  struct lg_keysrc ks
+      = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
   uint8_t buf[LG_HDR_SIZE];
-  char err[512], uuid[LG_UUID_HEX];
-  unsigned copies = 0;
+  char uuid[LG_UUID_HEX];
   int fd, n = 0;
 
-  if (lg_header_read_all (raw, hc, &copies, err, sizeof err) < 0) {
-    lg_error ("%s: %s", raw->name, err);
+  if (lg_volume_backup (raw, &ks, buf, uuid, &n) < 0)
     return LG_EXIT_FAIL;
-  }
-  h = hc[0];
-  sodium_memzero (hc, sizeof hc);
-  if (a->keys.keyfile || a->keys.passphrase) {
-    /* The copy the key opens (and whose MAC checks), not merely the
-     * newest that parses: a forged or half-written one would make a
-     * backup that never restores. */
-    struct lg_keysrc ks
-        = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
-    uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
-    int slot = mk ? lg_crypt_unlock (raw, &ks, &h, mk, err, sizeof err) : -1;
-
-    if (mk)
-      sodium_free (mk);
-    if (slot < 0) {
-      lg_error ("%s", mk ? err : "out of memory");
-      sodium_memzero (&h, sizeof h);
-      return LG_EXIT_FAIL;
-    }
-  }
-  else if (copies == 2) {
-    lg_error ("%s: the two header copies differ (an update under way, or "
-              "one damaged or forged): give the key (--key-file, "
-              "--passphrase-file), and the copy it opens is backed up",
-              raw->name);
-    sodium_memzero (&h, sizeof h);
-    return LG_EXIT_FAIL;
-  }
-  lg_header_serialize (&h, buf);
-  lg_header_uuid_hex (&h, uuid);
-  for (int i = 0; i < LG_KEYSLOTS; i++)
-    n += h.slots[i].kind != LG_SLOT_EMPTY;
-  sodium_memzero (&h, sizeof h);
   fd = open (a->file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
              0600);
   if (fd < 0) {
@@ -475,7 +400,6 @@ backup_header (struct lg_dev *raw, const struct key_args *a)
 static int
 read_backup (struct key_args *a)
 {
-  struct lg_header h;
   struct stat st;
   char err[512];
   ssize_t got;
@@ -499,166 +423,31 @@ read_backup (struct key_args *a)
   else if (got != LG_HDR_SIZE || st.st_size != LG_HDR_SIZE)
     lg_error ("%s: not a header backup (%lld bytes, want %d)", a->file,
               (long long) st.st_size, LG_HDR_SIZE);
-  else if (lg_header_parse (a->backup, UINT64_MAX, &h, err, sizeof err) < 0)
+  else if (lg_volume_backup_check (a->backup, err, sizeof err) < 0)
     lg_error ("%s: not a lungate header backup: %s", a->file, err);
   else
     r = 0;
-  sodium_memzero (&h, sizeof h);
 out:
   close (fd);
   return r;
 }
 
-/* key restore: the header to put back, its MAC checked with the master
- * key, and whether --force was needed (lg_header_change_fn). */
-struct restore {
-  struct lg_header h; /* from the file, marked dirty, MAC set */
-  const char *name;
-  bool force;
-  bool said;
-  bool told; /* the slots that change were said */
-};
-
-/* Says which key slots a restore over cur brings back or empties: a key
- * removed since the backup opens the volume again. */
-static void
-tell_slots (struct restore *rs, const struct lg_header *cur)
-{
-  if (rs->told)
-    return;
-  rs->told = true;
-  for (int i = 0; i < LG_KEYSLOTS; i++) {
-    const struct lg_keyslot *b = &rs->h.slots[i], *c = &cur->slots[i];
-
-    if (sodium_memcmp (b, c, sizeof *b) == 0)
-      continue;
-    if (b->kind == LG_SLOT_EMPTY)
-      lg_warn ("%s: key slot %d (%s) is emptied: the backup did not have it",
-               rs->name, i, kind_name (c->kind));
-    else
-      lg_warn ("%s: key slot %d (%s) is put back as in the backup: a key "
-               "removed or changed since then opens the volume again",
-               rs->name, i, kind_name (b->kind));
-  }
-}
-
-static int
-restore_change (const struct lg_header *copies, unsigned n,
-                struct lg_header *out, void *opaque)
-{
-  struct restore *rs = opaque;
-
-  for (unsigned i = 0; i < n && !rs->force; i++)
-    if (sodium_memcmp (copies[i].uuid, rs->h.uuid, LG_UUID_BYTES) != 0) {
-      char uuid[LG_UUID_HEX];
-
-      lg_header_uuid_hex (&copies[i], uuid);
-      lg_error ("%s: the LUN holds another volume (%s): --force to put the "
-                "backup over it",
-                rs->name, uuid);
-      rs->said = true;
-      errno = EEXIST;
-      return -1;
-    }
-  if (n > 0)
-    tell_slots (rs, &copies[0]);
-  *out = rs->h;
-  return 0;
-}
-
-/* Whether raw holds no valid header copy (destroyed, damaged).  Unless
- * force, a copy that still carries the magic (a damaged header, or one
- * of a newer lungate, maybe of another volume) refuses: said. */
-static bool
-no_header (struct lg_dev *raw, bool force, bool *refused)
-{
-  uint8_t buf[2][LG_HDR_SIZE];
-  struct lg_header h;
-  char err[256];
-  int r = lg_header_read (raw, &h, err, sizeof err);
-  bool none = r < 0 && (errno == ENOENT || errno == EINVAL);
-
-  sodium_memzero (&h, sizeof h);
-  *refused = false;
-  if (!none || force)
-    return none;
-  if (lg_header_read_copies (raw, buf, err, sizeof err) < 0) {
-    lg_error ("%s: %s", raw->name, err);
-    *refused = true;
-    return false;
-  }
-  if (lg_header_has_magic (buf[0]) || lg_header_has_magic (buf[1])) {
-    lg_error ("%s: the LUN holds a lungate header this lungate cannot read "
-              "(damaged, or made by a newer lungate; maybe another "
-              "volume's): --force to put the backup over it",
-              raw->name);
-    *refused = true;
-  }
-  sodium_memzero (buf, sizeof buf);
-  return !*refused;
-}
-
+/* key restore: the backup read (read_backup) back on the LUN. */
 static int
 restore_header (struct lg_dev *raw, const struct key_args *a)
 {
-  struct restore *rs = sodium_malloc (sizeof *rs);
-  uint8_t *mk = sodium_malloc (LG_KEY_BYTES);
-  char err[512], uuid[LG_UUID_HEX];
-  int status = LG_EXIT_FAIL, slot;
-  bool refused = false;
+  struct lg_keysrc ks
+      = { .keyfile = a->keys.keyfile, .passphrase = a->keys.passphrase };
+  char uuid[LG_UUID_HEX];
+  int slot = lg_volume_restore (raw, a->backup, a->file, &ks, a->force, uuid);
 
-  if (rs == NULL || mk == NULL)
-    goto out;
-  memset (rs, 0, sizeof *rs);
-  rs->name = raw->name;
-  rs->force = a->force;
-  if (lg_header_parse (a->backup, lg_dev_size (raw), &rs->h, err, sizeof err)
-      < 0) {
-    lg_error ("%s: not a header this LUN can take: %s", a->file, err);
-    goto out;
-  }
-  slot = a->keys.keyfile
-      ? lg_keyslot_open_keyfile (&rs->h, a->keys.keyfile, mk)
-      : lg_keyslot_open_passphrase (&rs->h, a->keys.passphrase, mk);
-  lg_header_uuid_hex (&rs->h, uuid);
-  if (slot < 0 || lg_header_check_mac (&rs->h, mk) < 0) {
-    lg_error ("%s: the %s given does not open the backup (volume %s)%s",
-              a->file, a->keys.keyfile ? "key" : "passphrase", uuid,
-              slot < 0 ? "" : ": its header MAC is wrong (altered)");
-    goto out;
-  }
-  /* The data may be newer than the header: every unit's first write
-   * checks which slot is current until verify --repair. */
-  rs->h.flags |= LG_HDR_FLAG_DIRTY;
-  lg_header_set_mac (&rs->h, mk);
-  if (lg_header_update (raw, restore_change, rs, NULL, err, sizeof err) == 0)
-    ;
-  else if (rs->said)
-    goto out;
-  else if (errno == EINVAL && no_header (raw, a->force, &refused)) {
-    /* No valid copy left to update: written as format writes. */
-    if (lg_header_write (raw, &rs->h) < 0) {
-      lg_error ("%s: writing the header: %m", raw->name);
-      goto out;
-    }
-  }
-  else {
-    if (!refused)
-      lg_error ("%s: writing the header: %s", raw->name, err);
-    goto out;
-  }
+  if (slot < 0)
+    return LG_EXIT_FAIL;
   printf ("%s: header of volume %s restored from %s (the key given opens "
           "slot %d); the volume is marked dirty until lungate verify "
           "--repair\n",
           raw->name, uuid, a->file, slot);
-  status = LG_EXIT_OK;
-
-out:
-  if (rs)
-    sodium_free (rs);
-  if (mk)
-    sodium_free (mk);
-  return status;
+  return LG_EXIT_OK;
 }
 
 int

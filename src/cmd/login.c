@@ -16,9 +16,9 @@
 
 #include "util/fmt.h"
 #include "cmd/cmd.h"
-#include "crypt/crypt.h"
 #include "dev/file.h"
 #include "dev/open.h"
+#include "dev/volume.h"
 #include "util/log.h"
 #include "util/progress.h"
 #include "util/secret.h"

@@ -14,8 +14,8 @@
 
 enum { OPT_REPAIR = OPT_LOGIN_LAST + 1 };
 
-#include "crypt/crypt.h"
-#include "dev/stack.h"
+#include "dev/open.h"
+#include "dev/volume.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/progress.h"

@@ -21,41 +21,18 @@
 #include <stdint.h>
 
 #include "dev/dev.h"
+#include "dev/volume.h"
 
 #define LG_HDR_MAGIC "LUNGATE\0" /* 8 bytes */
 #define LG_HDR_VERSION 1
-#define LG_HDR_SIZE 4096 /* one copy */
-#define LG_HDR_COPY0_OFFSET 0
-#define LG_HDR_COPY1_OFFSET (64 * 1024)
-#define LG_HDR_AREA (1024 * 1024) /* metadata starts here */
-#define LG_UNIT_SIZE 4096
-#define LG_KEYSLOTS 8
-#define LG_KEY_BYTES 32 /* master key and key files */
+/* Sizes and offsets, modes, flags and slot kinds: dev/volume.h. */
 #define LG_SALT_BYTES 16
-#define LG_UUID_BYTES 16
 
 /* Per-unit metadata: two slots of LG_SLOT_BYTES, LG_UNITS_PER_MD units
  * per 4096-byte metadata block. */
 #define LG_SLOT_BYTES 48   /* nonce 24, tag 16, seq+flags 8 */
 #define LG_UNITS_PER_MD 42 /* 42 * 2 * 48 = 4032 <= 4096 */
-#define LG_MD_BLOCK 4096
-
-enum lg_crypt_mode {
-  LG_MODE_AEAD = 1, /* XChaCha20-Poly1305-IETF */
-  LG_MODE_MAC = 2,  /* plaintext + Poly1305 (key from XChaCha20) */
-};
-
-#define LG_HDR_FLAG_LAZY 0x1 /* metadata not initialised at format */
-/* Open for writing, or not closed cleanly since: a unit's newer slot may
- * not authenticate its data (a crash between the metadata write and the
- * data write), so a write must first find out which slot does. */
-#define LG_HDR_FLAG_DIRTY 0x2
-
-enum lg_keyslot_kind {
-  LG_SLOT_EMPTY = 0,
-  LG_SLOT_PASSPHRASE = 1, /* Argon2id(passphrase, salt, ops, mem) */
-  LG_SLOT_KEYFILE = 2,    /* the 32 bytes of a key file */
-};
+/* LG_MD_BLOCK, the metadata block: dev/volume.h. */
 
 struct lg_keyslot {
   uint32_t kind;
@@ -93,19 +70,16 @@ void lg_header_serialize (const struct lg_header *h,
 int lg_header_parse (const uint8_t buf[static LG_HDR_SIZE], uint64_t lun_size,
                      struct lg_header *h, char *err, size_t errlen);
 
-/* h's UUID in hex, as info prints it and --key-dir names key files. */
-#define LG_UUID_HEX (2 * LG_UUID_BYTES + 1)
+/* h's UUID in hex (LG_UUID_HEX: dev/volume.h). */
 void lg_header_uuid_hex (const struct lg_header *h, char hex[LG_UUID_HEX]);
-
-/* true if buf starts with the magic (a header, valid or not, is there). */
-bool lg_header_has_magic (const uint8_t buf[static LG_HDR_SIZE]);
 
 /* The block format writes over header copy 0 before it wipes anything
  * else, and replaces with the header when it is done: not a header (no
  * magic), it says that a format is under way, or was interrupted, and
- * lets the next format start over without --force (lungate-format(5)). */
+ * lets the next format start over without --force (lungate-format(5)).
+ * lg_header_is_format_mark, which tells it, and lg_header_has_magic are
+ * in dev/volume.h. */
 void lg_header_format_mark (uint8_t buf[static LG_HDR_SIZE]);
-bool lg_header_is_format_mark (const uint8_t buf[static LG_HDR_SIZE]);
 
 /* Reads both copies from dev and returns the newest valid one.  Nothing
  * is written: a copy that is damaged, older, or newer but forged is

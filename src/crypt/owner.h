@@ -33,32 +33,20 @@
 #include <stdint.h>
 
 #include "dev/dev.h"
+#include "dev/volume.h"
 
 #define LG_OWNER_OFFSET (128 * 1024)
 #define LG_OWNER_SIZE 4096
 #define LG_OWNER_BEAT_S 5
 #define LG_OWNER_STALE_S 30
 #define LG_OWNER_SETTLE_MS 1500
-#define LG_OWNER_HOST_MAX 63
 
-/* What a record says. */
-struct lg_owner_rec {
-  bool valid; /* magic and checksum good, and held (key != 0) */
-  uint64_t key;
-  uint32_t pid;
-  uint64_t since, heartbeat;        /* Unix seconds */
-  char host[LG_OWNER_HOST_MAX + 1]; /* printable */
-};
-
-/* Parses a block; a block that is not a record, or is damaged, or is
- * cleared, gives valid false.  Pure. */
+/* What a record says (struct lg_owner_rec), how it is read and
+ * described: dev/volume.h.  Parses a block; a block that is not a record,
+ * or is damaged, or is cleared, gives valid false.  Pure. */
 void lg_owner_parse (const uint8_t *b, struct lg_owner_rec *r);
 /* Builds a block from r.  Pure. */
 void lg_owner_build (const struct lg_owner_rec *r, uint8_t *b);
-/* "a gateway on host H (pid P) since T, heartbeat N s ago". */
-void lg_owner_describe (const struct lg_owner_rec *r, char *buf, size_t len);
-/* Reads the record of lower: 0, or -1 with errno. */
-int lg_owner_read (struct lg_dev *lower, struct lg_owner_rec *r);
 
 struct lg_owner;
 

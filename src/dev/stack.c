@@ -13,13 +13,11 @@
 
 #include <sodium.h>
 
+#include "crypt/crypt.h"
 #include "crypt/header.h"
 #include "dev/stack.h"
 #include "util/hooks.h"
 #include "util/log.h"
-
-/* Below this a device cannot hold both header copies. */
-#define LG_STACK_MIN_VOLUME (LG_HDR_COPY1_OFFSET + LG_HDR_SIZE)
 
 /* The UUID of the volume on lower, from either header copy; -1 if none
  * parses (lg_stack_wrap then says what is wrong). */
@@ -67,7 +65,7 @@ lg_stack_wrap (struct lg_dev *lower, const struct lg_keysrc *ks,
   uint8_t *mk = NULL;
   int saved;
 
-  if (lg_dev_size (lower) < LG_STACK_MIN_VOLUME) {
+  if (lg_dev_size (lower) < LG_VOLUME_MIN_SIZE) {
     /* Too small to hold the headers: never a volume. */
     if (!has_key)
       return lower;
@@ -220,7 +218,7 @@ has_header (struct lg_dev *lower)
 {
   uint8_t buf[LG_HDR_SIZE];
 
-  if (lg_dev_size (lower) < LG_STACK_MIN_VOLUME)
+  if (lg_dev_size (lower) < LG_VOLUME_MIN_SIZE)
     return false;
   return (lg_dev_pread (lower, buf, sizeof buf, LG_HDR_COPY0_OFFSET) == 0
           && lg_header_has_magic (buf))

@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "crypt/crypt.h"
 #include "dev/dev.h"
+#include "dev/volume.h"
 
 /* Given a device (the raw LUN), returns what a front end should use:
  * lower itself when it holds no lungate header and no key was given, or
