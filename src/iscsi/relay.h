@@ -13,7 +13,10 @@
  * buffer, the status's residual against the data received, R2T ranges,
  * sense lengths).  The first violation closes the connection, with a
  * message naming it; the session then holds and reissues as after any
- * lost connection.
+ * lost connection.  The data segments of large PDUs are not copied
+ * into this process: once their header was checked they are spliced
+ * through a pipe (relay.c); LUNGATE_TEST_RELAY_COPY=1 copies them, in a
+ * test build, for contrib/bench/relay.
  *
  * Everything runs on the caller's thread, under the session's lock; the
  * sockets are non-blocking. */

@@ -15,6 +15,9 @@
  *                              it is dropped as stale (dev/ra.c)
  *   LUNGATE_BENCH_NO_BARRIERS  the crypt layer's writes unordered
  *   LUNGATE_NO_RELAY           libiscsi on the socket, unchecked
+ *   LUNGATE_TEST_RELAY_COPY    the relay copies data segments through its
+ *                              buffer rather than splice them (a benchmark
+ *                              of the splice; everything is still checked)
  *   LUNGATE_TEST_WRITE_BEHIND  write-behind of this size where the front
  *                              end asked for none (dev/dev.c)
  */
