@@ -66,7 +66,7 @@ static const char usage[]
       "                               (cluster file systems; refused for\n"
       "                               lungate volumes)\n"
       "  --read-ahead SIZE            read up to SIZE ahead of a reader that\n"
-      "                               goes forward (default 8M; 0: none)\n"
+      "                               goes forward (default 32M; 0: none)\n"
       "  --write-behind SIZE          acknowledge writes once buffered, up\n"
       "                               to SIZE per LUN, until a flush\n"
       "                               (default 0: write through)\n"

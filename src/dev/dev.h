@@ -324,7 +324,10 @@ void lg_dev_note_reader (struct lg_dev *d);
  * (dev/ra.h); 0 reads nothing ahead.  For the top of a stack, by its
  * front end, before the first request.  0, or -1 with errno (EINVAL: max
  * is below two chunks; ENOMEM). */
-#define LG_READ_AHEAD_DEFAULT (8u << 20)
+/* The default: a long fat link fills only with many reads in flight, and
+ * the window never grows past what the stream reads in a second (ra.c),
+ * so a slow link is not flooded by it. */
+#define LG_READ_AHEAD_DEFAULT (32u << 20)
 #define LG_READ_AHEAD_MIN (256u << 10) /* what the front ends accept */
 #define LG_READ_AHEAD_MAX (1u << 30)
 int lg_dev_read_ahead (struct lg_dev *d, size_t max);

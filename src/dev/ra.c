@@ -30,10 +30,11 @@
  * contrib/bench/RESULTS.md).  One worker a chunk of the window, from
  * RA_WORKERS to RA_MAX_WORKERS: at 50 ms and 1 Gbit/s (6 MB in flight)
  * a window of 32 MiB read by 32 workers gave 75% of the link where 8 MiB
- * by 8 gave 60%; but at 50 ms and 100 Mbit/s 32 MiB is 2.7 s of the link,
- * more than RA_MAX_AGE_MS, and chunks expired before they were used
- * (1.8 MB/s against 9.5): the default stays 8 MiB (contrib/bench/link,
- * NOTES.md). */
+ * by 8 gave 60%.  At 50 ms and 100 Mbit/s 32 MiB is 2.7 s of the link,
+ * more than RA_MAX_AGE_MS: chunks expired before they were used (1.8
+ * MB/s against 9.5) until the window was bounded by the stream's rate
+ * (RA_SPAN_SHARE); with that bound the default is 32 MiB
+ * (LG_READ_AHEAD_DEFAULT; contrib/bench/link, NOTES.md). */
 #define RA_WORKERS 8
 #define RA_MAX_WORKERS 32
 #define RA_MAX_AGE_MS 2000
