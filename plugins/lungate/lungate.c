@@ -506,7 +506,7 @@ lungate_config_complete (void)
   "                     (-: prompt, +FILE, -FD).\n"                            \
   "metadata-cache=SIZE  Crypt metadata cache per LUN (default 16M).\n"         \
   "readahead=SIZE       Read up to SIZE ahead of a client that reads in\n"     \
-  "                     order, per LUN (default 32M; 0: none).\n"               \
+  "                     order, per LUN (default 32M; 0: none).\n"              \
   "writebehind=SIZE     Acknowledge writes once buffered, up to SIZE per\n"    \
   "                     LUN, until a flush (default 0: write through).\n"      \
   "stats-file=PATH      Write the counters there too, on SIGUSR1 and at "      \
