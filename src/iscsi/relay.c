@@ -772,6 +772,22 @@ fill_pipe (struct lg_relay *r, struct side *s, int fd, bool inbound, bool *eof)
   return 0;
 }
 
+/* What a send or a splice into a socket returned: W_MOVED bytes, W_AGAIN
+ * (interrupted), W_FULL (the socket is full), or -1: the connection is
+ * over (said why). */
+enum { W_FULL = 0, W_MOVED = 1, W_AGAIN = 2 };
+static int
+wrote (struct lg_relay *r, ssize_t n)
+{
+  if (n > 0)
+    return W_MOVED;
+  if (n < 0 && errno == EINTR)
+    return W_AGAIN;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return W_FULL;
+  return fail (r, false, "%s", n < 0 ? strerror (errno) : "closed");
+}
+
 /* Writes what waits in s's pipe to fd.  0 (with s->piped left when fd is
  * full), or -1. */
 static int
@@ -780,16 +796,15 @@ drain_pipe (struct lg_relay *r, struct side *s, int fd, bool *moved)
   while (s->piped > 0) {
     ssize_t n = splice (s->pipe[0], NULL, fd, NULL, s->piped,
                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    int w = wrote (r, n);
 
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      break;
-    if (n <= 0)
-      return fail (r, false, "%s", n < 0 ? strerror (errno) : "closed");
-    s->piped -= (size_t) n;
-    r->spliced += (uint64_t) n;
-    *moved = true;
+    if (w <= 0)
+      return w;
+    if (w == W_MOVED) {
+      s->piped -= (size_t) n;
+      r->spliced += (uint64_t) n;
+      *moved = true;
+    }
   }
   return 0;
 }
@@ -806,16 +821,17 @@ deliver (struct lg_relay *r, struct side *s, int fd, bool *moved)
   while (s->off < s->ok) {
     /* No SIGPIPE when the peer is gone: the error says it. */
     ssize_t n = send (fd, s->buf + s->off, s->ok - s->off, MSG_NOSIGNAL);
+    int w = wrote (r, n);
 
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (w < 0)
+      return -1;
+    if (w == W_FULL)
       break;
-    if (n <= 0)
-      return fail (r, false, "%s", n < 0 ? strerror (errno) : "closed");
-    s->off += (size_t) n;
-    r->copied += (uint64_t) n;
-    *moved = true;
+    if (w == W_MOVED) {
+      s->off += (size_t) n;
+      r->copied += (uint64_t) n;
+      *moved = true;
+    }
   }
   if (s->off == s->len) {
     s->off = s->ok = s->scan = s->len = 0;
