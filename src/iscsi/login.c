@@ -15,6 +15,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +214,14 @@ lg_s_drop_ctx (struct lg_session *s)
   if (s->ctx)
     iscsi_destroy_context (s->ctx);
   s->ctx = NULL;
+  if (s->relay) {
+    uint64_t copied, spliced;
+
+    lg_relay_bytes (s->relay, &copied, &spliced);
+    lg_debug ("%s: relay: %" PRIu64 " bytes copied through, %" PRIu64
+              " spliced",
+              s->portal, copied, spliced);
+  }
   lg_relay_free (s->relay);
   s->relay = NULL;
   /* A submitter that polled the old sockets must not service the new. */

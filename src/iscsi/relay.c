@@ -29,7 +29,6 @@
 #include "iscsi/sense.h"
 #include "util/bytes.h"
 #include "util/hooks.h"
-#include "util/log.h"
 
 #define BUF_CAP (1u << 20) /* each way: a PDU held whole must fit */
 #define TASKS 8192         /* a power of 2 */
@@ -991,6 +990,13 @@ lg_relay_net_fd (const struct lg_relay *r)
   return r->net;
 }
 
+void
+lg_relay_bytes (const struct lg_relay *r, uint64_t *copied, uint64_t *spliced)
+{
+  *copied = r->copied;
+  *spliced = r->spliced;
+}
+
 const char *
 lg_relay_error (const struct lg_relay *r)
 {
@@ -1110,9 +1116,6 @@ lg_relay_free (struct lg_relay *r)
 {
   if (r == NULL)
     return;
-  if (r->net >= 0)
-    lg_debug ("relay: %" PRIu64 " bytes copied through, %" PRIu64 " spliced",
-              r->copied, r->spliced);
   if (r->net >= 0)
     close (r->net);
   if (r->lib >= 0)

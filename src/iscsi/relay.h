@@ -56,6 +56,11 @@ int lg_relay_pump (struct lg_relay *r, unsigned from, bool *delivered);
 const char *lg_relay_error (const struct lg_relay *r);
 bool lg_relay_broke_protocol (const struct lg_relay *r);
 
+/* The bytes passed on both ways so far: copied through the buffer, and
+ * spliced. */
+void lg_relay_bytes (const struct lg_relay *r, uint64_t *copied,
+                     uint64_t *spliced);
+
 /* When the last PDU header came from the target (CLOCK_MONOTONIC, ms; 0:
  * none yet): bytes of a PDU, not a close or a reset. */
 int64_t lg_relay_heard_ms (const struct lg_relay *r);
