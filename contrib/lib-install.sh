@@ -18,7 +18,7 @@ LG_DEB_PACKAGES=(
   qemu-utils qemu-block-extra fio fuse2fs e2fsprogs
   clang cppcheck shellcheck
   debhelper dpkg-dev lintian
-  iproute2 procps gdb strace
+  iproute2 procps psmisc gdb strace
   linux-image-amd64 qemu-system-x86 busybox-static cpio
 )
 
