@@ -428,6 +428,9 @@ link_full (int side, uint64_t now)
   return rate_bps != 0 && links_free[side] > now + buffer_ns;
 }
 
+/* The connection that last read for each link (fair_reads). */
+static unsigned last_reader[2];
+
 /* Reads what fd[side] has, up to the queue limit. */
 static void
 dir_read (struct conn *c, int side)
@@ -460,6 +463,7 @@ dir_read (struct conn *c, int side)
       conn_kill (c, "out of memory", ENOMEM);
       return;
     }
+    last_reader[side] = c->id;
     memcpy (ch->data, readbuf, (size_t) n);
     ch->next = NULL;
     ch->len = (size_t) n;
@@ -699,6 +703,43 @@ maybe_reset (uint64_t now)
   }
 }
 
+/* A link that drained is offered to the connections in turn, from the
+ * one after the last that read for it, as a link shares itself among
+ * its flows.  Left to epoll, it went to the connection registered first
+ * again and again: at 100 Mbit/s one of lungate's connections, its
+ * writes queued, waited 6 s with nothing read from it, and was taken
+ * for dead (tests/test-wb-slow-link.sh). */
+static void
+fair_reads (uint64_t now)
+{
+  for (int side = 0; side < 2; side++) {
+    unsigned at = last_reader[side], n = 0;
+    struct conn *c, *pick;
+
+    if (rate_bps == 0 || link_full (side, now))
+      continue;
+    for (c = conns; c != NULL; c = c->next)
+      n++;
+    /* The next id after at, cyclically, n times. */
+    for (unsigned k = 0; k < n && !link_full (side, now_ns ()); k++) {
+      pick = NULL;
+      for (c = conns; c != NULL; c = c->next)
+        if (c->id > at && (pick == NULL || c->id < pick->id))
+          pick = c;
+      if (pick == NULL)
+        for (c = conns; c != NULL; c = c->next)
+          if (pick == NULL || c->id < pick->id)
+            pick = c;
+      if (pick == NULL)
+        break;
+      at = pick->id;
+      if (!pick->dead && !pick->connecting && !pick->dir[side].eof
+          && pick->dir[side].queued < queue_limit)
+        dir_read (pick, side);
+    }
+  }
+}
+
 static void
 service (void)
 {
@@ -710,6 +751,7 @@ service (void)
   int i;
 
   maybe_reset (now);
+  fair_reads (now);
   if (reset_every_ns != 0)
     next = next_reset_ns;
   if (stall_every_ns != 0) {
