@@ -6,9 +6,11 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "iscsi/lun.h"
 
@@ -408,10 +410,26 @@ Test (lun, ident_diff)
 }
 
 /* The probe over made-up replies: tgt's pages, then a connection lost
- * while VPD 0x80 is read. */
+ * while one command (named as cmd_name names it) is read.  The probe
+ * sends its commands from several threads at once. */
 struct script {
-  int n, fail_at;
+  const char *fail; /* NULL: none */
 };
+
+static void
+cmd_name (const struct scsi_task *task, char *buf, size_t len)
+{
+  if (task->cdb[0] == SCSI_OPCODE_INQUIRY && !(task->cdb[1] & 1))
+    snprintf (buf, len, "INQUIRY");
+  else if (task->cdb[0] == SCSI_OPCODE_INQUIRY)
+    snprintf (buf, len, "VPD %02x", task->cdb[2]);
+  else if (task->cdb[0] == SCSI_OPCODE_SERVICE_ACTION_IN)
+    snprintf (buf, len, "READ CAPACITY");
+  else if (task->cdb[0] == SCSI_OPCODE_MODESENSE6)
+    snprintf (buf, len, "MODE SENSE");
+  else
+    snprintf (buf, len, "0x%02x", task->cdb[0]);
+}
 
 static int
 script_task (void *opaque, int lun, struct scsi_task *task, char *msg,
@@ -419,10 +437,12 @@ script_task (void *opaque, int lun, struct scsi_task *task, char *msg,
 {
   struct script *s = opaque;
   unsigned char d[255];
+  char name[32];
   size_t n = 0;
 
   (void) lun;
-  if (s->n++ == s->fail_at) {
+  cmd_name (task, name, sizeof name);
+  if (s->fail && strcmp (s->fail, name) == 0) {
     snprintf (msg, len, "connection lost");
     errno = EIO;
     return -1;
@@ -472,7 +492,7 @@ script_task (void *opaque, int lun, struct scsi_task *task, char *msg,
 
 Test (lun, probe_reads_identity)
 {
-  struct script s = { 0, -1 };
+  struct script s = { NULL };
   struct lg_lun_io io = { script_task, &s, "iqn.t" };
   struct lg_lun_info li;
   char err[256];
@@ -488,20 +508,79 @@ Test (lun, probe_reads_identity)
 
 Test (lun, probe_fails_when_identity_does_not_arrive)
 {
-  /* INQUIRY, VPD 0x00, READ CAPACITY, 0xB0, 0xB2, then 0x80: a probe
-   * that lost the serial to the connection must not say "no serial". */
-  for (int at = 1; at <= 6; at++) {
-    struct script s = { 0, at };
+  /* A probe that lost the page list, the capacity or the serial to the
+   * connection must not say "no serial"; the limits pages and the mode
+   * page are optional. */
+  static const struct {
+    const char *cmd;
+    int r;
+  } cases[] = {
+    { "INQUIRY", -1 }, { "VPD 00", -1 },    { "READ CAPACITY", -1 },
+    { "VPD b0", 0 },   { "VPD b2", 0 },     { "VPD 80", -1 },
+    { "VPD 83", -1 },  { "MODE SENSE", 0 },
+  };
+
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct script s = { cases[i].cmd };
     struct lg_lun_io io = { script_task, &s, "iqn.t" };
     struct lg_lun_info li;
     char err[256];
     int r = lg_lun_probe_io (&io, 1, &li, err, sizeof err);
 
-    if (at == 3 || at == 4) /* the limits pages are optional */
-      cr_assert_eq (r, 0, "failure at command %d: %s", at, err);
-    else
-      cr_assert_eq (r, -1, "failure at command %d not seen", at);
+    cr_assert_eq (r, cases[i].r, "%s lost: %d (%s)", cases[i].cmd, r,
+                  r ? err : "");
+    if (r < 0)
+      cr_assert (strstr (err, "connection lost") != NULL,
+                 "%s lost: the message does not say so: %s", cases[i].cmd, err);
   }
+}
+
+/* The probe's commands go out together, not one round trip after
+ * another: each command waits (up to 2 s) until four are in flight at
+ * once.  One after another, they never are. */
+struct together {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int in, most;
+};
+
+static int
+together_task (void *opaque, int lun, struct scsi_task *task, char *msg,
+               size_t len)
+{
+  struct together *t = opaque;
+  struct script s = { NULL };
+  struct timespec until;
+
+  clock_gettime (CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  pthread_mutex_lock (&t->lock);
+  if (++t->in > t->most)
+    t->most = t->in;
+  pthread_cond_broadcast (&t->cond);
+  while (t->most < 4
+         && pthread_cond_timedwait (&t->cond, &t->lock, &until) == 0)
+    ;
+  pthread_mutex_unlock (&t->lock);
+  int r = script_task (&s, lun, task, msg, len);
+  pthread_mutex_lock (&t->lock);
+  t->in--;
+  pthread_mutex_unlock (&t->lock);
+  return r;
+}
+
+Test (lun, probe_sends_its_commands_together)
+{
+  struct together t
+      = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+  struct lg_lun_io io = { together_task, &t, "iqn.t" };
+  struct lg_lun_info li;
+  char err[256];
+
+  cr_assert_eq (lg_lun_probe_io (&io, 1, &li, err, sizeof err), 0, "%s", err);
+  cr_assert_geq (t.most, 4, "at most %d commands in flight at once", t.most);
+  cr_assert_str_eq (li.ident.serial, "beaf11");
+  cr_assert_eq (li.size, 256 * 512);
 }
 
 /* The caching page's WCE bit, after block descriptors and other pages,
