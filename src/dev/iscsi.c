@@ -35,6 +35,7 @@
 
 #include "dev/iscsi-int.h"
 #include "dev/known.h"
+#include "dev/ra.h"
 #include "dev/reserve.h"
 #include "iscsi/sense.h"
 #include "util/log.h"
@@ -164,9 +165,14 @@ idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
 
   if (cmd->status == SCSI_STATUS_RESERVATION_CONFLICT)
     lg_reserve_conflict (x->res);
-  lg_error ("%s: %s LBA %" PRIu64 "+%" PRIu64 ": %s", x->dev.name,
-            lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0), lba, nblocks,
-            msg);
+  if (lg_ra_worker ())
+    lg_debug ("%s: %s LBA %" PRIu64 "+%" PRIu64 " (read ahead): %s",
+              x->dev.name, lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0),
+              lba, nblocks, msg);
+  else
+    lg_error ("%s: %s LBA %" PRIu64 "+%" PRIu64 ": %s", x->dev.name,
+              lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0), lba, nblocks,
+              msg);
   errno = err ? err : EIO;
   return -1;
 }

@@ -246,11 +246,20 @@ schedule (struct lg_ra *ra)
   pthread_cond_broadcast (&ra->work);
 }
 
+static _Thread_local bool is_worker;
+
+bool
+lg_ra_worker (void)
+{
+  return is_worker;
+}
+
 static void *
 worker (void *arg)
 {
   struct lg_ra *ra = arg;
 
+  is_worker = true;
   pthread_mutex_lock (&ra->lock);
   while (!ra->stopping) {
     struct chunk *c = NULL;

@@ -58,6 +58,12 @@ int lg_ra_try_read (struct lg_ra *ra, void *buf, size_t count, uint64_t off);
 /* Drops what overlaps [off, off+count) (count 0: everything). */
 void lg_ra_drop (struct lg_ra *ra, uint64_t count, uint64_t off);
 
+/* Whether this thread is a read-ahead worker.  A read of theirs that
+ * fails was asked for by no client, and is not an error: the device logs
+ * it as debug (a read the stop of the gateway cut short, most often); a
+ * client's read of the same bytes goes to the target and says why. */
+bool lg_ra_worker (void);
+
 /* " ra_hits=... ra_read_bytes=... ra_used_bytes=... ra_wasted_bytes=..."
  * (a leading space, no newline). */
 void lg_ra_stats_print (const struct lg_ra *ra, FILE *f);
