@@ -47,6 +47,13 @@
  * another held a connection's keepalive answer past its 6 s
  * (tests/test-ra-slow-link.sh). */
 #define RA_SPAN_SHARE 2
+/* A chunk that came after the age limit, dropped as it came: the link is
+ * too slow for the chunk (at 4 Mbit/s a 1 MiB chunk takes 2.1 s), and the
+ * reader's next request would send the same reads again (37 MiB read
+ * ahead, all dropped, for a 2 MiB copy that took 83 s;
+ * tests/test-ra-too-slow.sh).  Nothing is read ahead for this many age
+ * limits after it; then the window tries again. */
+#define RA_LATE_PAUSE 4
 
 enum cstate { C_FREE, C_QUEUED, C_READING, C_READY, C_FAILED };
 
@@ -71,6 +78,7 @@ struct lg_ra {
   uint64_t max_age_ms;
   uint64_t next, seq, window;
   uint64_t since_ms; /* when the stream began */
+  uint64_t late_ms;  /* when a chunk last came late (0: never) */
   atomic_uint_fast64_t hits, read_bytes, used_bytes, wasted_bytes;
 };
 
@@ -196,7 +204,8 @@ slot (struct lg_ra *ra, uint64_t now)
 
 static void *worker (void *arg);
 
-/* Queues the chunks of the window ahead of the stream (ra->lock held). */
+/* Queues the chunks of the window ahead of the stream (ra->lock held),
+ * unless a chunk came late a short while ago (RA_LATE_PAUSE). */
 static void
 schedule (struct lg_ra *ra)
 {
@@ -204,6 +213,9 @@ schedule (struct lg_ra *ra)
   uint64_t o = ra->next - ra->next % ra->chunk;
   uint64_t end = ra->next + ra->window;
   bool queued = false;
+
+  if (ra->late_ms && now - ra->late_ms < RA_LATE_PAUSE * ra->max_age_ms)
+    return;
 
   for (; o < end && o < size; o += ra->chunk) {
     struct chunk *c = find (ra, o);
@@ -279,6 +291,14 @@ worker (void *arg)
     pthread_mutex_lock (&ra->lock);
     atomic_fetch_add (&ra->read_bytes, c->len);
     c->st = r == 0 ? C_READY : C_FAILED;
+    if (r == 0 && expired (ra, c, now_ms ())) {
+      /* Too slow a link for the chunk: what waits to be read would
+       * come as late; the reader reads it. */
+      ra->late_ms = now_ms ();
+      for (size_t i = 0; i < ra->n; i++)
+        if (ra->c[i].st == C_QUEUED)
+          release (ra, &ra->c[i]);
+    }
     if (c->stale)
       release (ra, c);
     pthread_cond_broadcast (&ra->done);
