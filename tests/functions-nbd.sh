@@ -46,6 +46,22 @@ require_lungate_plugin ()
   fi
 }
 
+# nbd_start SOCK LOG PARAM...: the plugin under nbdkit -f -v in the
+# background, on the unix socket SOCK, its messages in LOG; its pid in
+# NBD_PID (killed at exit; nbd_stop stops it).  Fails the test if the
+# socket does not come within 30 s.  Call it in the test's own shell.
+nbd_start ()
+{
+  local sock=$1 log=$2
+  shift 2
+  "${NBDKIT[@]}" -f -v -U "$sock" "$LUNGATE_PLUGIN" "$@" 2>"$log" &
+  NBD_PID=$!
+  on_exit kill "$NBD_PID"
+  for _ in $(seq 300); do [ -S "$sock" ] && return 0; sleep 0.1; done
+  cat "$log" >&2
+  fail "nbdkit did not start"
+}
+
 # nbd_stop PID: stops a gateway started with "${NBDKIT[@]}" ... & and
 # reaps it; fails if it does not exit within 20 s.  One exception: with
 # the AddressSanitizer runtime preloaded, an nbdkit whose sessions called

@@ -23,12 +23,8 @@ tgt_allow 1 ALL
 head -c 16M /dev/urandom >"$(tgt_lun_file 1 1)"
 delay_proxy_start --delay-ms 20 --rate 4Mbit
 sock=$TGT_DIR/gw.sock
-"${NBDKIT[@]}" -f -v -U "$sock" "$LUNGATE_PLUGIN" \
-  "url=iscsi://127.0.0.1:$DELAY_PORT/$t/1" readahead=8M 2>"$TGT_DIR/nbdkit.log" &
-pid=$!
-on_exit kill "$pid"
-for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit.log"; fail "nbdkit did not start"; }
+nbd_start "$sock" "$TGT_DIR/nbdkit.log" \
+  "url=iscsi://127.0.0.1:$DELAY_PORT/$t/1" readahead=8M
 env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" <<'PY' || fail "the client's reads failed"
 import nbd, sys
 h = nbd.NBD()
@@ -37,7 +33,7 @@ for i in range(8):
     h.pread(128 * 1024, i * 128 * 1024)
 h.shutdown()
 PY
-nbd_stop "$pid"
+nbd_stop "$NBD_PID"
 grep "stats (exit)" "$TGT_DIR/nbdkit.log" | grep -o "ra_[a-z_]*=[0-9]*" | tr '\n' ' '; echo
 # nbdkit's level names the line: "nbdkit: error: ..." or "nbdkit:
 # lungate[1]: error: ..."; a debug line may quote a "transport error".

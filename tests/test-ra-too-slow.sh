@@ -24,12 +24,8 @@ head -c 16M /dev/urandom >"$TGT_DIR/in"
 cp "$TGT_DIR/in" "$(tgt_lun_file 1 1)"
 delay_proxy_start --delay-ms 20 --rate 4Mbit
 sock=$TGT_DIR/gw.sock
-"${NBDKIT[@]}" -f -v -U "$sock" "$LUNGATE_PLUGIN" \
-  "url=iscsi://127.0.0.1:$DELAY_PORT/$t/1" readahead=8M 2>"$TGT_DIR/nbdkit.log" &
-pid=$!
-on_exit kill "$pid"
-for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || { cat "$TGT_DIR/nbdkit.log"; fail "nbdkit did not start"; }
+nbd_start "$sock" "$TGT_DIR/nbdkit.log" \
+  "url=iscsi://127.0.0.1:$DELAY_PORT/$t/1" readahead=8M
 s=$(date +%s)
 env -u LD_PRELOAD "$NBD_PYTHON" - "$sock" "$TGT_DIR/out" <<'PY' || fail "the client's reads failed"
 import nbd, sys
@@ -41,7 +37,7 @@ with open(sys.argv[2], "wb") as f:
 h.shutdown()
 PY
 echo "2 MiB read in 128 KiB requests in $(($(date +%s) - s)) s"
-nbd_stop "$pid"
+nbd_stop "$NBD_PID"
 cmp "$TGT_DIR/out" <(head -c 2M "$TGT_DIR/in") || fail "the copy differs"
 st=$(grep "stats (exit)" "$TGT_DIR/nbdkit.log" | tail -n 1)
 [ -n "$st" ] || { tail -20 "$TGT_DIR/nbdkit.log"; fail "no stats at exit"; }
