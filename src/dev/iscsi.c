@@ -155,17 +155,20 @@ known_end (struct idev *x, unsigned token, bool ok)
     lg_known_end (x->known, token, ok);
 }
 
-/* Logs and sets errno for a failed command. */
-int
-idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
-                 uint64_t nblocks)
+/* Logs and sets errno for a failed command.  A read-ahead worker's own
+ * read (ahead) is logged as debug (ra.h).  Whose command it was is said
+ * by the caller, not by the thread: a worker that polls its session
+ * completes other clients' commands too (selfpoll.c). */
+static int
+cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
+            uint64_t nblocks, bool ahead)
 {
   char msg[256];
   int err = lg_cmd_errno (cmd, msg, sizeof msg);
 
   if (cmd->status == SCSI_STATUS_RESERVATION_CONFLICT)
     lg_reserve_conflict (x->res);
-  if (lg_ra_worker ())
+  if (ahead)
     lg_debug ("%s: %s LBA %" PRIu64 "+%" PRIu64 " (read ahead): %s",
               x->dev.name, lg_scsi_opname (cmd->task ? cmd->task->cdb[0] : 0),
               lba, nblocks, msg);
@@ -175,6 +178,13 @@ idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
               msg);
   errno = err ? err : EIO;
   return -1;
+}
+
+int
+idev_cmd_failed (struct idev *x, const struct lg_cmd *cmd, uint64_t lba,
+                 uint64_t nblocks)
+{
+  return cmd_failed (x, cmd, lba, nblocks, false);
 }
 
 /* Ranges of whole blocks, for one batch of commands. */
@@ -255,8 +265,11 @@ rw_segs (struct idev *x, bool write, const struct blkseg *segs, unsigned nsegs,
     known_end (x, p[i].known, ok);
     if (write && p[i].cmd.task != NULL)
       idev_vc_end (x);
+    /* The commands this thread sent and waited for: a read-ahead
+     * worker's are its own reads. */
     if (r == 0 && !ok)
-      r = idev_cmd_failed (x, &p[i].cmd, p[i].lba, p[i].nblocks);
+      r = cmd_failed (x, &p[i].cmd, p[i].lba, p[i].nblocks,
+                      !write && lg_ra_worker ());
     scsi_free_scsi_task (p[i].cmd.task);
   }
   if (p != stack_cmds) {
